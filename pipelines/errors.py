@@ -1,0 +1,52 @@
+"""Typed parse failures. Each becomes one quarantine row with its ``reason`` key; none is fatal to a job."""
+
+from __future__ import annotations
+
+
+class InputError(Exception):
+    """Base of every error that quarantines one input. ``stage`` and ``reason`` key the manifest counts."""
+
+    stage = "parse"
+    reason = "parse_error"
+
+
+class ReadError(InputError):
+    stage, reason = "read", "unreadable"
+
+
+class CorruptCompressionError(InputError):
+    stage, reason = "decode", "corrupt_lz4"
+
+
+class InvalidJsonError(InputError):
+    stage, reason = "decode", "invalid_json"
+
+
+class InvalidRecordError(InputError):
+    """The decoded input lacks fields its format requires."""
+
+    stage, reason = "decode", "invalid_record"
+
+
+class UnknownFormatError(InputError):
+    stage, reason = "validate", "unknown_format"
+
+
+class ProtocolError(InputError):
+    """A battle log line that cannot be applied (malformed, or referring to what does not exist)."""
+
+    stage, reason = "parse", "protocol_error"
+
+
+class TruncatedBattleError(InputError):
+    stage, reason = "validate", "truncated_battle"
+
+
+class IllegalActionError(InputError):
+    stage, reason = "validate", "illegal_action"
+
+
+class SimulatorError(InputError):
+    """The simulator reported an error while generating a battle."""
+
+    stage, reason = "generate", "simulator_error"

@@ -1,0 +1,329 @@
+"""Parse replays into a versioned ``pokemon_turns`` shard version, on Ray Data.
+
+    python pipelines/parse_replays.py --source generated --out out/            # the built-in default
+    python pipelines/parse_replays.py --source metamon --input DIR --out out/ --formats gen1ou
+    ray job submit --working-dir . -- python pipelines/parse_replays.py --source generated --out /abs/out
+
+Stages: the source reads raw inputs (files, archive members, simulator battles) → an actor pool parses each input
+into rows cast to the declared schema, or into one quarantine record → the driver's ``ShardWriter`` packs whole
+trajectories into shards in input order and publishes ``OUT/<dataset>/<version>/`` with one rename. The last line
+printed is the published path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # runs as a plain script and under `ray job submit --working-dir .`
+    sys.path.insert(0, str(REPO_ROOT))
+
+import pyarrow as pa  # noqa: E402
+
+from pipelines.errors import InputError, ReadError  # noqa: E402
+
+SOURCES = ("generated", "metamon")
+DEFAULT_FORMATS = {"generated": ["gen9randombattle", "gen1ou"], "metamon": []}
+
+RESULT_SCHEMA = pa.schema([
+    ("input_id", pa.string()), ("source", pa.string()), ("input_sha256", pa.string()), ("status", pa.string()),
+    ("stage", pa.string()), ("error_type", pa.string()), ("reason", pa.string()), ("message", pa.string()),
+    ("num_rows", pa.int64()), ("turns_ipc", pa.binary()),
+])
+"""One row per input out of the parse stage: its outcome, and its rows as an Arrow IPC stream when written."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParseConfig:
+    """Configuration of the replay-parsing job.
+
+    Attributes:
+        source: where inputs come from: ``generated`` (simulator battles) or ``metamon`` (parsed .json.lz4).
+        out: output root; the version is published under OUT/<dataset>/<version>/.
+        input: input folder or file (metamon); empty with --download to fetch from the hub.
+        formats: formats to keep (generated: formats to play); empty keeps all.
+        dataset: dataset folder name under OUT.
+        num_battles: generated: battles per format.
+        seed: generated: seed of all battles.
+        p1: generated: policy of player 1 (random or heuristic).
+        p2: generated: policy of player 2 (random or heuristic).
+        battles_per_chunk: generated: battles per simulator process.
+        download: metamon: download the asked formats from the hub into --input (resumable).
+        revision: metamon: hub revision to download.
+        shard_size_mb: target size of each Parquet shard in MB.
+        num_parse_actors: parse actors in the pool.
+        cpus_per_actor: CPUs each parse or generate actor reserves (fractional, so Ray Data is not starved).
+        inputs_per_batch: inputs handed to a parse actor at once.
+        num_cpus: CPUs of the local Ray instance (plain-script runs; ignored under ray job submit).
+        progress_every_s: seconds between progress lines.
+    """
+
+    source: str
+    out: str
+    input: str = ""
+    formats: list[str] = field(default_factory=list)
+    dataset: str = "pokemon_turns"
+    num_battles: int = 100
+    seed: int = 0
+    p1: str = "heuristic"
+    p2: str = "random"
+    battles_per_chunk: int = 25
+    download: bool = False
+    revision: str = "v1"
+    shard_size_mb: float = 128.0
+    num_parse_actors: int = 2
+    cpus_per_actor: float = 0.5
+    inputs_per_batch: int = 16
+    num_cpus: int = 2
+    progress_every_s: float = 10.0
+
+    def __post_init__(self):
+        if self.source not in SOURCES:
+            raise ValueError(f"--source must be one of {SOURCES}, got {self.source!r}")
+        if self.source == "metamon" and not self.input:
+            raise ValueError("--source metamon needs --input (a folder of .json.lz4 files or archives)")
+        if self.source == "metamon" and self.download and not self.formats:
+            raise ValueError("--download needs --formats: the hub holds one archive per format")
+        if self.shard_size_mb <= 0 or self.num_parse_actors < 1 or not 0 < self.cpus_per_actor <= 1:
+            raise ValueError("need shard_size_mb > 0, num_parse_actors >= 1 and 0 < cpus_per_actor <= 1")
+        if self.p1 not in ("random", "heuristic") or self.p2 not in ("random", "heuristic"):
+            raise ValueError("--p1/--p2 must be random or heuristic")
+
+    @classmethod
+    def tiny(cls, *, source: str = "generated", out: str = "out") -> ParseConfig:
+        """A few battles per format, small shards: tests and the demo."""
+        return cls(source=source, out=out, num_battles=6, battles_per_chunk=3, shard_size_mb=0.5,
+                   inputs_per_batch=4, progress_every_s=5.0)
+
+    @property
+    def effective_formats(self) -> list[str]:
+        return list(self.formats) or DEFAULT_FORMATS[self.source]
+
+    def output_config(self) -> dict:
+        """The fields that shape the output (they enter the version's identity)."""
+        keep = {"source", "formats", "dataset", "shard_size_mb"}
+        if self.source == "generated":
+            keep |= {"num_battles", "seed", "p1", "p2"}
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k in keep}
+        out["formats"] = self.effective_formats
+        return out
+
+
+# ---------------------------------------------------------------------------- parse stage (runs in actors)
+class ParseInputs:
+    """Parses a batch of raw inputs; expensive set-up (dex, vocabulary) happens once per actor."""
+
+    def __init__(self, source: str, formats: list[str], dexes: dict[int, dict], known_formats: list[str]):
+        from pipelines.pokemon.dex import Dex
+        from pipelines.pokemon.observation import vocabulary
+        from shards_schema.pokemon import TURNS_SCHEMA
+
+        self.source = source
+        self.formats = frozenset(formats) if formats else None
+        self.known_formats = frozenset(known_formats)
+        self.dexes = {int(g): Dex(int(g), d["species"], d["moves"], d["items"], d["abilities"])
+                      for g, d in dexes.items()}
+        self.schema = TURNS_SCHEMA
+        vocabulary()
+
+    def _parse_one(self, input_id: str, payload: bytes) -> tuple[list[dict], str | None]:
+        if self.source == "generated":
+            from pipelines.sources import generated
+
+            return generated.parse(input_id, payload, self.dexes, self.formats)
+        from pipelines.sources import metamon
+
+        return metamon.parse(input_id, payload, self.formats, self.known_formats)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        import hashlib
+
+        out = []
+        for input_id, payload, read_error in zip(batch["input_id"].to_pylist(), batch["payload"].to_pylist(),
+                                                 batch["read_error"].to_pylist(), strict=True):
+            sha = hashlib.sha256(payload).hexdigest() if payload is not None else None
+            record = {"input_id": input_id, "source": self.source, "input_sha256": sha, "status": "written",
+                      "stage": None, "error_type": None, "reason": None, "message": None, "num_rows": 0,
+                      "turns_ipc": None}
+            try:
+                if read_error is not None or payload is None:
+                    raise ReadError(read_error or "input could not be read")
+                rows, filter_reason = self._parse_one(input_id, payload)
+                if filter_reason is not None:
+                    record.update(status="filtered", stage="filter", error_type="filter", reason=filter_reason,
+                                  message=f"excluded by filter {filter_reason}")
+                elif not rows:
+                    record.update(status="filtered", stage="filter", error_type="filter", reason="no_decisions",
+                                  message="the input holds no decision point")
+                else:
+                    table = pa.Table.from_pylist(rows, schema=self.schema)
+                    sink = pa.BufferOutputStream()
+                    with pa.ipc.new_stream(sink, self.schema) as writer:
+                        writer.write_table(table)
+                    record.update(num_rows=table.num_rows, turns_ipc=sink.getvalue().to_pybytes())
+            except InputError as err:
+                record.update(status="quarantined", stage=err.stage, error_type=type(err).__name__,
+                              reason=err.reason, message=str(err)[:2000])
+            except Exception as err:  # noqa: BLE001 - a parser bug must not kill the job; it is recorded loudly
+                record.update(status="quarantined", stage="parse", error_type=type(err).__name__,
+                              reason="parser_bug", message=traceback.format_exc(limit=6)[-2000:])
+            out.append(record)
+        return pa.Table.from_pylist(out, schema=RESULT_SCHEMA)
+
+
+# ---------------------------------------------------------------------------- read stage (per source)
+def _read_metamon(item: dict) -> list[dict]:
+    from pipelines.sources import metamon
+
+    path, root = item["path"], item["root"]
+    if metamon.is_archive(path):
+        return [{"input_id": mid, "payload": data, "read_error": err} for mid, data, err in metamon.iter_archive(path)]
+    rel = os.path.relpath(path, root) if os.path.isdir(root) else os.path.basename(path)
+    try:
+        with open(path, "rb") as fh:
+            return [{"input_id": rel, "payload": fh.read(), "read_error": None}]
+    except OSError as err:
+        return [{"input_id": rel, "payload": None, "read_error": f"{type(err).__name__}: {err}"}]
+
+
+class GenerateBattles:
+    """Runs the simulator for one chunk of battles (flat_map: one chunk in, one row per battle out)."""
+
+    def __init__(self, showdown: str):
+        self.showdown = showdown
+
+    def __call__(self, chunk: dict) -> list[dict]:
+        from pipelines.sources import generated
+
+        return [{"input_id": bid, "payload": line, "read_error": None}
+                for bid, line in generated.generate(chunk, self.showdown)]
+
+
+def read_stage(cfg: ParseConfig):
+    import ray.data
+
+    if cfg.source == "generated":
+        from pipelines.pokemon.dex import showdown_dir
+        from pipelines.sources import generated
+
+        plan = generated.chunks(cfg.effective_formats, cfg.num_battles, cfg.seed, cfg.p1, cfg.p2,
+                                cfg.battles_per_chunk)
+        ds = ray.data.from_items(plan, override_num_blocks=max(1, len(plan)))
+        ds = ds.flat_map(GenerateBattles, fn_constructor_kwargs={"showdown": str(showdown_dir())},
+                         compute=ray.data.ActorPoolStrategy(size=cfg.num_parse_actors), num_cpus=cfg.cpus_per_actor)
+        return ds, len(plan), generated.generator_revision()
+    from pipelines.sources import metamon
+
+    root = Path(cfg.input).resolve()
+    if cfg.download:
+        metamon.download(cfg.effective_formats, root, cfg.revision)
+    paths = metamon.list_inputs(root)
+    if cfg.formats:  # skip archives of other formats without opening them; loose files are filtered by content
+        paths = [p for p in paths if not metamon.is_archive(p) or any(
+            Path(p).name.split(".")[0] == f for f in cfg.formats)]
+    items = [{"path": p, "root": str(root)} for p in paths]
+    ds = ray.data.from_items(items, override_num_blocks=max(1, min(len(items), 200)))
+    ds = ds.flat_map(_read_metamon)
+    return ds, len(items), f"{metamon.HUB_REPO}@{cfg.revision}" if cfg.download else None
+
+
+# ---------------------------------------------------------------------------- driver
+def _dex_payload(cfg: ParseConfig) -> tuple[dict[int, dict], list[str]]:
+    import json
+
+    from pipelines.pokemon.dex import dex_dir, gen_of_format
+
+    directory = dex_dir()
+    gens = {gen_of_format(f) for f in cfg.effective_formats} if cfg.source == "generated" else set()
+    dexes = {g: json.loads((directory / f"gen{g}.json").read_text()) for g in sorted(gens)}
+    known = sorted({f for g in range(1, 10) for f in json.loads((directory / f"gen{g}.json").read_text())["formats"]})
+    return dexes, known
+
+
+def init_ray(cfg: ParseConfig) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    if os.environ.get("RAY_ADDRESS"):  # under `ray job submit`: join the job's cluster
+        ray.init()
+    else:
+        ray.init(address="local", num_cpus=cfg.num_cpus, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}})
+
+
+def run(cfg: ParseConfig, *, log=print):
+    """Run the job; returns the writer's ``PublishResult``."""
+    import ray.data
+
+    from pipelines.writer import ShardWriter
+    from shards_schema.pokemon import INDEX_SCHEMA, TURNS_SCHEMA
+    from shards_schema.versions import POKEMON_TURNS
+
+    init_ray(cfg)
+    ctx = ray.data.DataContext.get_current()
+    ctx.execution_options.preserve_order = True  # deterministic shard contents and names
+    ctx.enable_progress_bars = False
+    dexes, known_formats = _dex_payload(cfg)
+    ds, planned, revision = read_stage(cfg)
+    log(f"[parse] source={cfg.source} formats={cfg.effective_formats or 'all'} read tasks={planned}")
+    ds = ds.map_batches(
+        ParseInputs, batch_format="pyarrow", batch_size=cfg.inputs_per_batch,
+        compute=ray.data.ActorPoolStrategy(size=cfg.num_parse_actors),
+        num_cpus=cfg.cpus_per_actor,
+        fn_constructor_kwargs={"source": cfg.source, "formats": cfg.effective_formats, "dexes": dexes,
+                               "known_formats": known_formats},
+    )
+    writer = ShardWriter(out_root=Path(cfg.out).resolve(), dataset=cfg.dataset, schema=TURNS_SCHEMA,
+                         index_schema=INDEX_SCHEMA, code=POKEMON_TURNS,
+                         shard_size_bytes=int(cfg.shard_size_mb * 1024 * 1024))
+    start = last = time.monotonic()
+    try:
+        for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            for result in batch.to_pylist():
+                writer.add_result(result)
+            now = time.monotonic()
+            if now - last >= cfg.progress_every_s:
+                last = now
+                log(f"[parse] {writer.inputs} inputs, {writer.trajectories} trajectories, {writer.rows} rows, "
+                    f"{writer.rows / (now - start):.0f} rows/s, {sum(writer.quarantined.values())} quarantined")
+        published = writer.publish(source=cfg.source, source_revision=revision, config=cfg.output_config())
+    except BaseException:
+        writer.abort()
+        raise
+    elapsed = time.monotonic() - start
+    _summary(published, elapsed, log)
+    return published
+
+
+def _summary(published, elapsed_s: float, log) -> None:
+    m = published.manifest
+    c = m.counts
+    total_mb = sum(f.bytes for f in m.files) / 1e6
+    log(f"[parse] inputs {c.inputs} = written {c.written} + filtered {sum(c.filtered.values())} "
+        f"+ quarantined {sum(c.quarantined.values())}")
+    for kind, reasons in (("filtered", c.filtered), ("quarantined", c.quarantined)):
+        for reason, n in reasons.items():
+            log(f"[parse]   {kind} {reason}: {n}")
+    log(f"[parse] {c.trajectories} trajectories, {c.rows} rows in {len(m.files)} shards ({total_mb:.1f} MB), "
+        f"{c.unknown_words} unknown observation words, {c.rows / max(elapsed_s, 1e-9):.0f} rows/s "
+        f"over {elapsed_s:.1f}s")
+    log("[parse] " + ("already published with identical contents: " if published.reused else "published: ")
+        + f"{m.dataset}/{m.version}")
+    log(str(published.path))
+
+
+def main(argv: list[str] | None = None) -> None:
+    from pipelines.cli import parse_config
+
+    run(parse_config(ParseConfig, argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""Observation spec 1.0.0: a structured ``BattleState`` → Metamon-style text (87 words) + 48 numeric features.
+
+The spec is pure and versioned: shards store the structured state, so a new spec version re-derives these columns
+from stored state (``pipelines/refeaturize.py``) without re-parsing raw replays. The vocabulary is a fixed file per
+spec version; a word outside it maps to ``<unk>`` (id 1) and is counted in the row, never clamped to a valid id.
+
+Word layout (index: meaning):
+- 0 format id; 1 ``forcedswitch``/``noforcedswitch``; 2 ``cantera``/``nocantera``; 3 weather; 4-5 first two field
+  effects (``nofield``); 6 the player's previous move (``nomove``); 7 the opponent's previous move; 8-9 first two
+  player side conditions (``nocondition``); 10-11 first two opponent side conditions.
+- 12-31 the player's active Pokémon: species, item, ability, type 1, type 2 (``notype``), status, first volatile
+  effect (``noeffect``), tera type, then for move slots 0-3: move id, move type, move category.
+- 32-51 the opponent's active Pokémon, same layout; unrevealed moves are ``unknownmove unknowntype
+  unknowncategory``, unrevealed item/ability/tera ``unknownitem``/``unknownability``/``unknowntype``.
+- 52-86 the five switch slots in action order: species, item, ability, type 1, type 2, status, tera type.
+Absent Pokémon or move slots are ``<blank>``.
+
+Numeric layout (index: meaning, scale):
+- 0 player active HP fraction; 1-7 player boosts atk, def, spa, spd, spe, accuracy, evasion ÷ 6;
+  8-11 player move base power ÷ 200; 12-15 move accuracy; 16-19 move PP left ÷ max PP; 20-23 move priority ÷ 5.
+- 24 opponent active HP fraction; 25-31 opponent boosts ÷ 6; 32-35 opponent revealed move base power ÷ 200.
+- 36-40 switch slot HP fractions (0 for absent slots).
+- 41 player Pokémon remaining ÷ 6; 42 opponent Pokémon remaining ÷ 6; 43 player active level ÷ 100;
+  44 opponent active level ÷ 100; 45 forced switch; 46 player active terastallized; 47 opponent terastallized.
+Absent values are 0.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+from shards_schema.pokemon import NUM_MOVES, NUM_SWITCHES, OBS_NUMERIC, OBS_WORDS
+from shards_schema.versions import POKEMON_TURNS
+
+OBSERVATION_VERSION = POKEMON_TURNS.observation
+VOCAB_DIR = Path(__file__).resolve().parent / "vocab"
+PAD, UNK, BLANK = "<pad>", "<unk>", "<blank>"
+UNK_ID = 1
+
+_BOOSTS = ("atk_boost", "def_boost", "spa_boost", "spd_boost", "spe_boost", "accuracy_boost", "evasion_boost")
+_ACTIVE_WORDS = 8 + 3 * NUM_MOVES
+_SWITCH_WORDS = 7
+
+
+@cache
+def vocabulary(version: str = OBSERVATION_VERSION) -> dict[str, int]:
+    """Word → id for a spec version. Ids are line numbers of the committed vocabulary file."""
+    path = VOCAB_DIR / f"obs-{version}.txt"
+    words = path.read_text().split("\n")
+    words = [w for w in words if w]
+    if words[:3] != [PAD, UNK, BLANK]:
+        raise ValueError(f"{path} must start with {PAD}, {UNK}, {BLANK}")
+    return {w: i for i, w in enumerate(words)}
+
+
+def _first(values: list[str], k: int, empty: str) -> list[str]:
+    out = list(values[:k])
+    return out + [empty] * (k - len(out))
+
+
+def _active_words(mon: dict | None, *, opponent: bool) -> list[str]:
+    if mon is None:
+        return [BLANK] * _ACTIVE_WORDS
+    types = _first(mon["types"], 2, "notype")
+    words = [mon["name"], mon["item"], mon["ability"], types[0], types[1], mon["status"],
+             mon["effects"][0] if mon["effects"] else "noeffect", mon["tera_type"]]
+    moves = mon["moves"]
+    for slot in range(NUM_MOVES):
+        if slot < len(moves):
+            m = moves[slot]
+            words += (m["name"], m["move_type"], m["category"])
+        elif opponent:
+            words += ("unknownmove", "unknowntype", "unknowncategory")
+        else:
+            words += (BLANK, BLANK, BLANK)
+    return words
+
+
+def _switch_words(mon: dict | None) -> list[str]:
+    if mon is None:
+        return [BLANK] * _SWITCH_WORDS
+    types = _first(mon["types"], 2, "notype")
+    return [mon["name"], mon["item"], mon["ability"], types[0], types[1], mon["status"], mon["tera_type"]]
+
+
+def observation_words(state: dict, format_id: str) -> list[str]:
+    """The 87 words of a state (see the module docstring for the layout)."""
+    fields = _first(state["battle_field"], 2, "nofield")
+    pprev, oprev = state["player_prev_move"], state["opponent_prev_move"]
+    words = [
+        format_id,
+        "forcedswitch" if state["forced_switch"] else "noforcedswitch",
+        "cantera" if state["can_tera"] else "nocantera",
+        state["weather"],
+        *fields,
+        pprev["name"] if pprev else "nomove",
+        oprev["name"] if oprev else "nomove",
+        *_first(state["player_conditions"], 2, "nocondition"),
+        *_first(state["opponent_conditions"], 2, "nocondition"),
+    ]
+    words += _active_words(state["player_active"], opponent=False)
+    words += _active_words(state["opponent_active"], opponent=True)
+    switches = state["available_switches"]
+    for slot in range(NUM_SWITCHES):
+        words += _switch_words(switches[slot] if slot < len(switches) else None)
+    assert len(words) == OBS_WORDS, len(words)
+    return words
+
+
+def _boosts(mon: dict | None) -> list[float]:
+    return [mon[b] / 6.0 for b in _BOOSTS] if mon else [0.0] * len(_BOOSTS)
+
+
+def _move_numbers(mon: dict | None, key: str, scale: float) -> list[float]:
+    moves = mon["moves"] if mon else []
+    return [moves[i][key] / scale if i < len(moves) else 0.0 for i in range(NUM_MOVES)]
+
+
+def observation_numeric(state: dict) -> list[float]:
+    """The 48 numeric features of a state (see the module docstring for the layout)."""
+    me, opp = state["player_active"], state["opponent_active"]
+    my_moves = me["moves"] if me else []
+    pp = [my_moves[i]["current_pp"] / my_moves[i]["max_pp"] if i < len(my_moves) and my_moves[i]["max_pp"] else 0.0
+          for i in range(NUM_MOVES)]
+    switches = state["available_switches"]
+    numeric = [
+        me["hp_pct"] if me else 0.0,
+        *_boosts(me),
+        *_move_numbers(me, "base_power", 200.0),
+        *_move_numbers(me, "accuracy", 1.0),
+        *pp,
+        *_move_numbers(me, "priority", 5.0),
+        opp["hp_pct"] if opp else 0.0,
+        *_boosts(opp),
+        *_move_numbers(opp, "base_power", 200.0),
+        *[switches[i]["hp_pct"] if i < len(switches) else 0.0 for i in range(NUM_SWITCHES)],
+        state["player_remaining"] / 6.0,
+        state["opponents_remaining"] / 6.0,
+        me["level"] / 100.0 if me else 0.0,
+        opp["level"] / 100.0 if opp else 0.0,
+        float(state["forced_switch"]),
+        float(me["terastallized"]) if me else 0.0,
+        float(opp["terastallized"]) if opp else 0.0,
+    ]
+    assert len(numeric) == OBS_NUMERIC, len(numeric)
+    return numeric
+
+
+def observe(state: dict, format_id: str) -> tuple[str, list[int], list[float], int]:
+    """(text, token ids, numeric features, number of unknown words) for one state."""
+    vocab = vocabulary()
+    words = observation_words(state, format_id)
+    tokens = [vocab.get(w, UNK_ID) for w in words]
+    unknown = tokens.count(UNK_ID)
+    return " ".join(words), tokens, observation_numeric(state), unknown

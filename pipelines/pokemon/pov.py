@@ -1,0 +1,193 @@
+"""First-person trajectories from a player's own simulator stream (``|request|`` JSON + its battle log).
+
+The request gives exact own-team facts (HP, PP, item, ability, tera type, which actions are legal); the log
+lines give everything about the opponent that the player saw. Each request that asks for a decision becomes one
+row, rendered after the log chunk that follows it (the simulator sends a request before the log leading up to
+it); the player's recorded answer is the action. A terminal row follows the battle's end.
+"""
+
+from __future__ import annotations
+
+from pipelines.errors import IllegalActionError, InvalidRecordError, ProtocolError, TruncatedBattleError
+from pipelines.pokemon.dex import Dex, UnknownDexEntry, to_id
+from pipelines.pokemon.tracker import BattleTracker, _details, _ident
+from pipelines.pokemon.trajectory import TrajectoryMeta, build_rows
+from shards_schema.pokemon import NUM_ACTIONS, NUM_MOVES, NUM_SWITCHES
+
+_TERA_OFFSET = NUM_MOVES + NUM_SWITCHES
+
+
+def _move_key(move_id: str) -> str:
+    """Request move ids carry Hidden Power's base power (``hiddenpowerfire60``); the dex does not."""
+    return move_id.rstrip("0123456789") if move_id.startswith("hiddenpower") else move_id
+
+
+class _Decision:
+    """The state, action and exact mask for one request."""
+
+    def __init__(self, tracker: BattleTracker, side_id: str, request: dict, choice: str | None):
+        self.tracker, self.side_id, self.request, self.choice = tracker, side_id, request, choice
+
+    def render(self) -> tuple[dict, int, list[bool]]:
+        tracker, req = self.tracker, self.request
+        side = tracker.sides[self.side_id]
+        foe = tracker.sides["p2" if self.side_id == "p1" else "p1"]
+        team = req["side"]["pokemon"]
+        forced = bool(req.get("forceSwitch") and req["forceSwitch"][0])
+        active_req = req.get("active", [None])[0] if not forced else None
+        active_slot = next((i for i, p in enumerate(team) if p.get("active")), None)
+        switch_slots = [i for i, p in enumerate(team) if not p.get("active") and not p["condition"].endswith("fnt")]
+
+        def own(i: int, with_request_moves: bool) -> dict:
+            p = team[i]
+            _, name = _ident(p["ident"])
+            species, level, _ = _details(p["details"])
+            mon = side.mons.get(name)
+            if mon is None:  # not switched in yet: known from the request alone
+                from pipelines.pokemon.tracker import Mon
+
+                mon = Mon(name, species, level, tracker.gen)
+            mon.species, mon.level = species, level
+            mon.set_condition(p["condition"])
+            mon.item = to_id(p["item"]) if p.get("item") else "noitem"
+            if tracker.gen >= 3:
+                mon.ability = to_id(p.get("ability") or p.get("baseAbility") or "noability")
+            if p.get("teraType"):
+                mon.tera_type = to_id(p["teraType"])
+            if p.get("terastallized"):
+                mon.terastallized, mon.tera_type = True, to_id(p["terastallized"])
+                mon.types = [mon.tera_type]
+            exact = {}
+            if with_request_moves and active_req:
+                for m in active_req.get("moves", []):
+                    if "pp" in m:
+                        exact[_move_key(m["id"])] = (m["pp"], m["maxpp"])
+                mon.exact_pp.update(exact)
+            moves = []
+            for mid in p["moves"]:
+                key = _move_key(mid)
+                try:
+                    if key in mon.exact_pp:
+                        pp, max_pp = mon.exact_pp[key]
+                        moves.append(tracker.move_state(key, pp=pp, max_pp=max_pp))
+                    else:
+                        moves.append(tracker.move_state(key, used=mon.moves.get(key, 0)))
+                except UnknownDexEntry as err:
+                    raise ProtocolError(str(err)) from err
+            return tracker.mon_state(mon, moves)
+
+        player_active = own(active_slot, True) if active_slot is not None else None
+        switches = [own(i, False) for i in switch_slots][:NUM_SWITCHES]
+        opponent_active = tracker.mon_state(foe.active) if foe.active is not None else None
+        can_tera = bool(active_req and active_req.get("canTerastallize"))
+        state = {
+            "player_active": player_active, "opponent_active": opponent_active,
+            "available_switches": switches,
+            "player_prev_move": tracker.prev_move_state(side), "opponent_prev_move": tracker.prev_move_state(foe),
+            "player_remaining": sum(1 for p in team if not p["condition"].endswith("fnt")),
+            "opponents_remaining": foe.team_size - foe.fainted,
+            "player_conditions": tracker.conditions(side), "opponent_conditions": tracker.conditions(foe),
+            **tracker.field_state(), "forced_switch": forced, "can_tera": can_tera,
+            "opponent_teampreview": list(foe.teampreview),
+        }
+        mask = [False] * NUM_ACTIONS
+        move_ids = [_move_key(m) for m in team[active_slot]["moves"]] if active_slot is not None else []
+        if active_req and not forced:
+            for m in active_req.get("moves", []):
+                if m.get("disabled"):
+                    continue
+                key = _move_key(m["id"])
+                if key in move_ids and move_ids.index(key) < NUM_MOVES:
+                    slot = move_ids.index(key)
+                    mask[slot] = True
+                    if can_tera:
+                        mask[_TERA_OFFSET + slot] = True
+        if forced or not (active_req and active_req.get("trapped")):
+            for k in range(len(switches)):
+                mask[NUM_MOVES + k] = True
+        return state, self._action(active_req, move_ids, switch_slots, forced), mask
+
+    def _action(self, active_req, move_ids, switch_slots, forced) -> int:
+        choice = (self.choice or "").split()
+        if not choice:
+            raise InvalidRecordError(f"{self.side_id}: no recorded choice for a decision request")
+        if choice[0] == "switch":
+            slot = int(choice[1]) - 1
+            if slot not in switch_slots:
+                raise IllegalActionError(f"{self.side_id} chose {self.choice!r}, not an available switch")
+            k = switch_slots.index(slot)
+            return NUM_MOVES + k if k < NUM_SWITCHES else -1
+        if choice[0] == "move" and not forced and active_req:
+            listed = active_req.get("moves", [])
+            index = int(choice[1]) - 1
+            if not 0 <= index < len(listed):
+                raise IllegalActionError(f"{self.side_id} chose {self.choice!r} with {len(listed)} moves listed")
+            key = _move_key(listed[index]["id"])
+            if key not in move_ids:  # Struggle, Recharge: forced, not one of the 13 choices
+                return -1
+            slot = move_ids.index(key)
+            return (_TERA_OFFSET + slot) if "terastallize" in choice[2:] else slot
+        raise IllegalActionError(f"{self.side_id} answered {self.choice!r} to a request that did not allow it")
+
+
+def pov_trajectory(record: dict, side_id: str, dex: Dex) -> list[dict]:
+    """Rows of one player's trajectory from a generated battle record (see generate_battles.js)."""
+    fmt = record["format"]
+    tracker = BattleTracker(dex, fmt)
+    steps: list[tuple[dict, int, list[bool]]] = []
+    turns: list[int | None] = []
+    pending: _Decision | None = None
+
+    def decide() -> None:
+        nonlocal pending
+        steps.append(pending.render())
+        turns.append(tracker.turn)
+        pending = None
+
+    try:
+        events = record["streams"][side_id]
+    except (KeyError, TypeError) as err:
+        raise InvalidRecordError(f"record has no stream for {side_id}") from err
+    for event in events:
+        kind = event.get("kind")
+        if kind == "request":
+            if pending is not None:
+                decide()
+            req = event["request"]
+            if req.get("wait") or req.get("teamPreview"):
+                continue  # no decision in the 13-action space
+            pending = _Decision(tracker, side_id, req, event.get("choice"))
+        elif kind == "update":
+            for line in event["lines"]:
+                tracker.apply(line)
+            if pending is not None:
+                decide()
+    if pending is not None:
+        decide()
+    if not tracker.ended:
+        raise TruncatedBattleError(f"{record.get('battle_id')}: {side_id}'s stream ends before the battle does")
+    foe_id = "p2" if side_id == "p1" else "p1"
+    me, foe = tracker.sides[side_id], tracker.sides[foe_id]
+    # Terminal row: what the player sees once the battle is over; no action follows.
+    if steps:
+        final_state = dict(steps[-1][0])
+        final_state.update({
+            "opponent_active": tracker.mon_state(foe.active) if foe.active else None,
+            "opponents_remaining": foe.team_size - foe.fainted,
+            "player_prev_move": tracker.prev_move_state(me), "opponent_prev_move": tracker.prev_move_state(foe),
+            "forced_switch": False, "can_tera": False, **tracker.field_state(),
+        })
+        if final_state["player_active"] is not None and me.active is not None:
+            final_state["player_active"] = {**final_state["player_active"], "hp_pct": me.active.hp_pct,
+                                            "status": me.active.status}
+        steps.append((final_state, -1, [False] * NUM_ACTIONS))
+        turns.append(tracker.turn)
+    winner = record.get("winner")
+    result = "tie" if winner is None else ("win" if winner == side_id else "loss")
+    players = record.get("players", {})
+    meta = TrajectoryMeta(
+        battle_id=record["battle_id"], format=fmt, player_side=side_id,
+        player_name=players.get(side_id, {}).get("name"), opponent_name=players.get(foe_id, {}).get("name"),
+        result=result, rating=None,
+    )
+    return build_rows(meta, steps, mask_exact=True, battle_turns=turns)

@@ -1,0 +1,491 @@
+"""Battle-state tracking over Showdown protocol lines, from one player's point of view.
+
+``BattleTracker`` applies protocol lines (``|switch|``, ``|move|``, ``|-damage|``...) to a model of both sides,
+keeping only what the watching player can know: everything revealed in the log, plus, when the player's own
+``|request|`` JSON is available, the exact facts of its own team. ``state_dict`` renders the structured
+``BattleState`` (as plain dicts in the declared schema's shape) at a decision point.
+
+Unknown facts stay explicit (``unknownitem``, ``unknownability``); nothing is filled from usage statistics.
+Lines that carry no game state (chat, timers, ``|raw|``) are ignored; unknown ``-`` minor messages are ignored
+as the Showdown client does; malformed lines raise ``ProtocolError``.
+"""
+
+from __future__ import annotations
+
+from pipelines.errors import ProtocolError
+from pipelines.pokemon.dex import Dex, UnknownDexEntry, to_id
+
+_BOOST_KEYS = {"atk": "atk_boost", "def": "def_boost", "spa": "spa_boost", "spd": "spd_boost", "spe": "spe_boost",
+               "accuracy": "accuracy_boost", "evasion": "evasion_boost"}
+_STATUSES = {"brn", "frz", "par", "psn", "tox", "slp", "fnt"}
+# Lines with no effect on game state. Chat, join/leave, timers and client-only decorations.
+_IGNORED = frozenset(
+    "c c: chat j J l L n N b B raw html uhtml uhtmlchange t: inactive inactiveoff timer message error bigerror "
+    "debug seed gametype title rule clearpoke teampreview upkeep start split hint -hint -message -anim "
+    "-notarget -nothing -crit -supereffective -resisted -immune -miss -fail -block -center -combine -waiting "
+    "-prepare -mustrecharge -hitcount -singlemove -singleturn -zpower -zbroken -burst -primal -ohko "
+    "-fieldactivate -activate -candynamax rated badge done sentchoice askreg unlink name".split()
+)
+
+
+def _ident(raw: str) -> tuple[str, str]:
+    """``p1a: Nick`` → (``p1``, ``Nick``)."""
+    side, sep, name = raw.partition(": ")
+    if not sep or len(side) < 2 or side[:2] not in ("p1", "p2", "p3", "p4"):
+        raise ProtocolError(f"malformed Pokémon identifier {raw!r}")
+    return side[:2], name.strip()
+
+
+def _details(raw: str) -> tuple[str, int, str | None]:
+    """``Pikachu, L88, M, tera:Fire`` → (species, level, tera type id or None)."""
+    parts = [p.strip() for p in raw.split(",")]
+    level, tera = 100, None
+    for part in parts[1:]:
+        if part.startswith("L") and part[1:].isdigit():
+            level = int(part[1:])
+        elif part.startswith("tera:"):
+            tera = to_id(part[5:])
+    return parts[0], level, tera
+
+
+def _effect_id(raw: str) -> str:
+    for prefix in ("move: ", "ability: ", "item: "):
+        if raw.startswith(prefix):
+            raw = raw[len(prefix):]
+    return to_id(raw)
+
+
+class Mon:
+    """One Pokémon as the watching player knows it."""
+
+    __slots__ = ("name", "species", "level", "hp_pct", "status", "types", "item", "ability", "moves",
+                 "boosts", "effects", "tera_type", "terastallized", "active", "exact_pp")
+
+    def __init__(self, name: str, species: str, level: int, gen: int):
+        self.name = name
+        self.species = species
+        self.level = level
+        self.hp_pct = 1.0
+        self.status = "nostatus"
+        self.types: list[str] | None = None  # None: the species' dex types
+        self.item = "unknownitem" if gen >= 2 else "noitem"
+        self.ability = "unknownability" if gen >= 3 else "noability"
+        self.moves: dict[str, int] = {}  # move id -> PP used (revealed order is slot order)
+        self.exact_pp: dict[str, tuple[int, int]] = {}  # move id -> (pp, maxpp) from the player's own request
+        self.boosts: dict[str, int] = {}
+        self.effects: set[str] = set()
+        self.tera_type = "unknowntype" if gen >= 9 else "notype"
+        self.terastallized = False
+        self.active = False
+
+    def set_condition(self, condition: str) -> None:
+        """Apply ``hp/max status`` or ``0 fnt``."""
+        hp_part, _, status = condition.strip().partition(" ")
+        if hp_part == "0" or status == "fnt":
+            self.hp_pct = 0.0
+            self.status = "fnt"
+            return
+        cur, sep, total = hp_part.partition("/")
+        try:
+            self.hp_pct = float(cur) / float(total) if sep else float(cur) / 100.0
+        except (ValueError, ZeroDivisionError) as err:
+            raise ProtocolError(f"malformed HP condition {condition!r}") from err
+        self.status = status if status in _STATUSES else "nostatus"
+
+    def switch_out(self, keep_boosts: bool = False) -> None:
+        self.active = False
+        self.effects.clear()
+        if not keep_boosts:
+            self.boosts.clear()
+        self.types = None if not self.terastallized else self.types
+
+
+class Side:
+    __slots__ = ("side_id", "player_name", "mons", "active", "conditions", "team_size", "prev_move",
+                 "teampreview", "fainted")
+
+    def __init__(self, side_id: str):
+        self.side_id = side_id
+        self.player_name: str | None = None
+        self.mons: dict[str, Mon] = {}
+        self.active: Mon | None = None
+        self.conditions: dict[str, int] = {}
+        self.team_size = 6
+        self.prev_move: str | None = None
+        self.teampreview: list[str] = []
+        self.fainted = 0
+
+
+class BattleTracker:
+    """Applies protocol lines to a two-sided battle model."""
+
+    def __init__(self, dex: Dex, format_id: str):
+        self.dex = dex
+        self.gen = dex.gen
+        self.format_id = format_id
+        self.sides = {"p1": Side("p1"), "p2": Side("p2")}
+        self.weather = "noweather"
+        self.fields: set[str] = set()
+        self.turn = 0
+        self.winner: str | None = None  # player name, "" for a tie
+        self.ended = False
+        self._handlers = {
+            "player": self._player, "teamsize": self._teamsize, "gen": self._gen, "tier": _noop,
+            "poke": self._poke, "switch": self._switch, "drag": self._switch, "replace": self._replace,
+            "detailschange": self._detailschange, "-formechange": self._formechange, "move": self._move,
+            "cant": self._cant, "faint": self._faint, "-damage": self._hp, "-heal": self._hp, "-sethp": self._hp,
+            "-status": self._status, "-curestatus": self._curestatus, "-cureteam": self._cureteam,
+            "-boost": self._boost, "-unboost": self._unboost, "-setboost": self._setboost,
+            "-clearboost": self._clearboost, "-clearallboost": self._clearallboost,
+            "-clearnegativeboost": self._clearnegativeboost, "-clearpositiveboost": self._clearpositiveboost,
+            "-invertboost": self._invertboost, "-swapboost": _noop, "-copyboost": self._copyboost,
+            "-weather": self._weather, "-fieldstart": self._fieldstart, "-fieldend": self._fieldend,
+            "-sidestart": self._sidestart, "-sideend": self._sideend, "-swapsideconditions": self._swapsides,
+            "-start": self._start, "-end": self._end, "-item": self._item, "-enditem": self._enditem,
+            "-ability": self._ability, "-endability": self._endability, "-transform": self._transform,
+            "-mega": _noop, "-terastallize": self._terastallize, "-transformed": _noop,
+            "turn": self._turn, "win": self._win, "tie": self._tie, "-clearallboosts": self._clearallboost,
+        }
+        self._last_mover: Mon | None = None
+
+    # ------------------------------------------------------------------ feeding lines
+    def apply(self, line: str) -> None:
+        if not line or line[0] != "|":
+            return  # room header or blank
+        parts = line.split("|")
+        kind = parts[1] if len(parts) > 1 else ""
+        handler = self._handlers.get(kind)
+        if handler is not None:
+            try:
+                handler(parts)
+            except IndexError as err:
+                raise ProtocolError(f"truncated {kind!r} line: {line!r}") from err
+        elif kind in _IGNORED or kind == "" or kind.startswith("-"):
+            return
+        # other unknown messages carry no state the tracker models (they are counted by callers if wanted)
+
+    # ------------------------------------------------------------------ helpers
+    def _mon(self, raw_ident: str, details: str | None = None) -> Mon:
+        side_id, name = _ident(raw_ident)
+        side = self.sides.get(side_id)
+        if side is None:
+            raise ProtocolError(f"unknown side in {raw_ident!r}")
+        mon = side.mons.get(name)
+        if mon is None:
+            if details is None:
+                active = side.active
+                if active is not None and active.name == name:
+                    return active
+                raise ProtocolError(f"{raw_ident!r} appears before it was switched in")
+            species, level, tera = _details(details)
+            mon = Mon(name, species, level, self.gen)
+            if tera:
+                mon.tera_type = tera
+            side.mons[name] = mon
+        return mon
+
+    def _side_of(self, raw_ident: str) -> Side:
+        side_id = raw_ident[:2]
+        side = self.sides.get(side_id)
+        if side is None:
+            raise ProtocolError(f"unknown side in {raw_ident!r}")
+        return side
+
+    @staticmethod
+    def _kwargs(parts: list[str]) -> dict[str, str]:
+        out = {}
+        for p in parts:
+            if p.startswith("[") and "]" in p:
+                key, _, val = p[1:].partition("]")
+                out[key] = val.strip()
+        return out
+
+    def _reveal_from(self, mon: Mon, parts: list[str]) -> None:
+        """Reveal items and abilities named by ``[from] item: X`` / ``[from] ability: X`` (``[of]`` names whose)."""
+        kw = self._kwargs(parts)
+        source = kw.get("from", "")
+        owner = self._mon(kw["of"]) if kw.get("of") else mon
+        if source.startswith("item: "):
+            mon.item = to_id(source[6:])
+        elif source.startswith("ability: "):
+            owner.ability = to_id(source[9:])
+
+    # ------------------------------------------------------------------ handlers
+    def _player(self, parts):
+        if len(parts) > 3 and parts[3]:
+            self.sides[parts[2]].player_name = parts[3]
+
+    def _teamsize(self, parts):
+        self.sides[parts[2]].team_size = int(parts[3])
+
+    def _gen(self, parts):
+        if int(parts[2]) != self.gen:
+            raise ProtocolError(f"log says gen {parts[2]} but format {self.format_id} is gen {self.gen}")
+
+    def _poke(self, parts):
+        species, _, _ = _details(parts[3])
+        self.sides[parts[2]].teampreview.append(to_id(species))
+
+    def _switch(self, parts):
+        side = self._side_of(parts[2])
+        mon = self._mon(parts[2], parts[3])
+        species, level, tera = _details(parts[3])
+        mon.species, mon.level = species, level
+        if tera:
+            mon.tera_type, mon.terastallized = tera, True
+        previous = side.active
+        if previous is not None and previous is not mon:
+            keep = side.prev_move in ("batonpass", "shedtail") and parts[1] == "switch"
+            carried = dict(previous.boosts) if keep else {}
+            previous.switch_out()
+            mon.boosts = carried
+        side.active = mon
+        mon.active = True
+        if len(parts) > 4:
+            mon.set_condition(parts[4])
+
+    def _replace(self, parts):  # Illusion broken: the active was someone else all along
+        side = self._side_of(parts[2])
+        old = side.active
+        mon = self._mon(parts[2], parts[3])
+        if old is not None and old is not mon:
+            mon.hp_pct, mon.status, mon.boosts, mon.effects = old.hp_pct, old.status, old.boosts, old.effects
+            old.active = False
+        side.active = mon
+        mon.active = True
+
+    def _detailschange(self, parts):
+        mon = self._mon(parts[2])
+        species, level, tera = _details(parts[3])
+        mon.species, mon.level = species, level
+        if tera:
+            mon.tera_type = tera
+
+    def _formechange(self, parts):
+        mon = self._mon(parts[2])
+        mon.species = _details(parts[3])[0]
+
+    def _move(self, parts):
+        mon = self._mon(parts[2])
+        move_id = to_id(parts[3])
+        side = self._side_of(parts[2])
+        kw = self._kwargs(parts[5:]) if len(parts) > 5 else {}
+        source = kw.get("from", "")
+        # A move called by another (Sleep Talk, Metronome) or continuing a lock does not cost PP.
+        called = source.startswith("move:") or source == "lockedmove" or "zeffect" in kw
+        if move_id not in ("struggle", "recharge") and not called:
+            mon.moves[move_id] = mon.moves.get(move_id, 0) + 1
+        elif source.startswith("move:") and move_id not in mon.moves and to_id(source[5:]) in mon.moves:
+            pass  # the calling move was revealed; the called move is not one of its own slots
+        side.prev_move = move_id
+        self._last_mover = mon
+
+    def _cant(self, parts):
+        if len(parts) > 4 and parts[4]:
+            self._mon(parts[2])  # validates the ident; a "cant" reveals nothing modelled here
+
+    def _faint(self, parts):
+        mon = self._mon(parts[2])
+        if mon.status != "fnt" or mon.hp_pct > 0:
+            mon.hp_pct, mon.status = 0.0, "fnt"
+        self._side_of(parts[2]).fainted += 1
+
+    def _hp(self, parts):
+        mon = self._mon(parts[2])
+        mon.set_condition(parts[3])
+        self._reveal_from(mon, parts[4:])
+
+    def _status(self, parts):
+        mon = self._mon(parts[2])
+        mon.status = parts[3] if parts[3] in _STATUSES else mon.status
+        self._reveal_from(mon, parts[4:])
+
+    def _curestatus(self, parts):
+        if parts[2][:2] in self.sides and ": " in parts[2]:
+            self._mon(parts[2]).status = "nostatus"
+
+    def _cureteam(self, parts):
+        for mon in self._side_of(parts[2]).mons.values():
+            if mon.status != "fnt":
+                mon.status = "nostatus"
+
+    def _change_boost(self, parts, sign):
+        mon = self._mon(parts[2])
+        key = _BOOST_KEYS.get(parts[3])
+        if key is None:
+            return
+        amount = int(parts[4]) if len(parts) > 4 and parts[4].lstrip("-").isdigit() else 0
+        mon.boosts[key] = max(-6, min(6, mon.boosts.get(key, 0) + sign * amount))
+        if self.gen == 1 and key == "spa_boost":  # gen 1 has one Special stat
+            mon.boosts["spd_boost"] = mon.boosts[key]
+
+    def _boost(self, parts):
+        self._change_boost(parts, 1)
+
+    def _unboost(self, parts):
+        self._change_boost(parts, -1)
+
+    def _setboost(self, parts):
+        mon = self._mon(parts[2])
+        key = _BOOST_KEYS.get(parts[3])
+        if key is not None:
+            mon.boosts[key] = int(parts[4])
+
+    def _clearboost(self, parts):
+        self._mon(parts[2]).boosts.clear()
+
+    def _clearallboost(self, parts):
+        for side in self.sides.values():
+            if side.active is not None:
+                side.active.boosts.clear()
+
+    def _clearnegativeboost(self, parts):
+        mon = self._mon(parts[2])
+        mon.boosts = {k: v for k, v in mon.boosts.items() if v > 0}
+
+    def _clearpositiveboost(self, parts):
+        mon = self._mon(parts[2])
+        mon.boosts = {k: v for k, v in mon.boosts.items() if v < 0}
+
+    def _invertboost(self, parts):
+        mon = self._mon(parts[2])
+        mon.boosts = {k: -v for k, v in mon.boosts.items()}
+
+    def _copyboost(self, parts):
+        self._mon(parts[2]).boosts = dict(self._mon(parts[3]).boosts)
+
+    def _weather(self, parts):
+        kw = self._kwargs(parts[3:])
+        self.weather = "noweather" if parts[2] == "none" else to_id(parts[2])
+        if kw.get("from", "").startswith("ability: ") and kw.get("of"):
+            self._mon(kw["of"]).ability = to_id(kw["from"][9:])
+
+    def _fieldstart(self, parts):
+        self.fields.add(_effect_id(parts[2]))
+
+    def _fieldend(self, parts):
+        self.fields.discard(_effect_id(parts[2]))
+
+    def _sidestart(self, parts):
+        side = self._side_of(parts[2])
+        cond = _effect_id(parts[3])
+        side.conditions[cond] = side.conditions.get(cond, 0) + 1
+
+    def _sideend(self, parts):
+        self._side_of(parts[2]).conditions.pop(_effect_id(parts[3]), None)
+
+    def _swapsides(self, parts):
+        a, b = self.sides["p1"], self.sides["p2"]
+        a.conditions, b.conditions = b.conditions, a.conditions
+
+    def _start(self, parts):
+        mon = self._mon(parts[2])
+        effect = _effect_id(parts[3])
+        if effect == "typechange" and len(parts) > 4:
+            mon.types = [to_id(t) for t in parts[4].split("/") if t]
+        elif effect.startswith("perish") or effect.startswith("stockpile"):
+            mon.effects = {e for e in mon.effects if not e.startswith(effect[:6])} | {effect}
+        else:
+            mon.effects.add(effect)
+        self._reveal_from(mon, parts[4:])
+
+    def _end(self, parts):
+        mon = self._mon(parts[2])
+        effect = _effect_id(parts[3])
+        mon.effects.discard(effect)
+
+    def _item(self, parts):
+        mon = self._mon(parts[2])
+        mon.item = to_id(parts[3])
+        kw = self._kwargs(parts[4:])
+        if kw.get("from", "").startswith("ability: ") and kw.get("of"):  # Frisk: the [of] side's ability
+            self._mon(kw["of"]).ability = to_id(kw["from"][9:])
+
+    def _enditem(self, parts):
+        self._mon(parts[2]).item = "noitem"
+
+    def _ability(self, parts):
+        mon = self._mon(parts[2])
+        mon.ability = to_id(parts[3])
+
+    def _endability(self, parts):
+        self._mon(parts[2]).ability = "noability"
+
+    def _transform(self, parts):
+        mon, target = self._mon(parts[2]), self._mon(parts[3])
+        mon.types = list(target.types) if target.types else self.species_types(target)
+        mon.boosts = dict(target.boosts)
+        mon.effects.add("transform")
+
+    def _terastallize(self, parts):
+        mon = self._mon(parts[2])
+        mon.tera_type = to_id(parts[3])
+        mon.terastallized = True
+        mon.types = [mon.tera_type]
+
+    def _turn(self, parts):
+        self.turn = int(parts[2])
+
+    def _win(self, parts):
+        self.winner = parts[2]
+        self.ended = True
+
+    def _tie(self, parts):
+        self.winner = ""
+        self.ended = True
+
+    # ------------------------------------------------------------------ rendering
+    def species_types(self, mon: Mon) -> list[str]:
+        return list(self.dex.species_entry(mon.species)["types"])
+
+    def move_state(self, move_id: str, *, pp: int | None = None, max_pp: int | None = None,
+                   used: int = 0) -> dict:
+        entry = self.dex.move_entry(move_id)
+        max_pp = entry["max_pp"] if max_pp is None else max_pp
+        return {
+            "name": move_id if move_id in self.dex.moves else to_id(entry["name"]),
+            "move_type": entry["type"], "category": entry["category"], "base_power": entry["base_power"],
+            "accuracy": entry["accuracy"], "priority": entry["priority"],
+            "current_pp": max(0, max_pp - used) if pp is None else pp, "max_pp": max_pp,
+        }
+
+    def mon_state(self, mon: Mon, moves: list[dict] | None = None) -> dict:
+        try:
+            entry = self.dex.species_entry(mon.species)
+        except UnknownDexEntry as err:
+            raise ProtocolError(str(err)) from err
+        stats = entry["base_stats"]
+        boosts = mon.boosts
+        if moves is None:
+            moves = [self.move_state(m, used=used) for m, used in mon.moves.items()][:8]
+        return {
+            "name": to_id(mon.species), "base_species": entry["base_species"], "hp_pct": mon.hp_pct,
+            "types": mon.types if mon.types is not None else list(entry["types"]),
+            "item": mon.item, "ability": mon.ability, "level": mon.level, "status": mon.status,
+            "effects": sorted(mon.effects), "moves": moves,
+            "atk_boost": boosts.get("atk_boost", 0), "def_boost": boosts.get("def_boost", 0),
+            "spa_boost": boosts.get("spa_boost", 0), "spd_boost": boosts.get("spd_boost", 0),
+            "spe_boost": boosts.get("spe_boost", 0), "accuracy_boost": boosts.get("accuracy_boost", 0),
+            "evasion_boost": boosts.get("evasion_boost", 0),
+            "base_hp": stats["hp"], "base_atk": stats["atk"], "base_def": stats["def"], "base_spa": stats["spa"],
+            "base_spd": stats["spd"], "base_spe": stats["spe"],
+            "tera_type": mon.tera_type, "terastallized": mon.terastallized,
+        }
+
+    def conditions(self, side: Side) -> list[str]:
+        return sorted(c for c, layers in side.conditions.items() for _ in range(layers))
+
+    def field_state(self) -> dict:
+        return {"weather": self.weather, "battle_field": sorted(self.fields)}
+
+    def prev_move_state(self, side: Side) -> dict | None:
+        if side.prev_move is None or side.prev_move in ("recharge",):
+            return None
+        try:
+            return self.move_state(side.prev_move)
+        except UnknownDexEntry as err:
+            raise ProtocolError(str(err)) from err
+
+
+def _noop(parts):
+    return None

@@ -1,0 +1,107 @@
+"""Re-derive the observation columns of a shard version from its stored state, with this checkout's spec.
+
+    python pipelines/refeaturize.py --input OUT/pokemon_turns/<version> --out OUT
+
+No raw replay is read: the structured ``state`` column holds everything the spec needs. The result is a new shard
+version (same inputs, same trajectories, same quarantine) whose manifest carries the current observation version.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+from pipelines.pokemon.observation import observe  # noqa: E402
+
+
+@dataclass(frozen=True, kw_only=True)
+class RefeaturizeConfig:
+    """Configuration of the re-featurizer.
+
+    Attributes:
+        input: the shard version folder to read.
+        out: output root; the new version goes to OUT/<dataset>/<version>/.
+        dataset: dataset name of the new version (default: the input's).
+        shard_size_mb: target shard size of the new version.
+    """
+
+    input: str
+    out: str
+    dataset: str = ""
+    shard_size_mb: float = 128.0
+
+    @classmethod
+    def tiny(cls, *, input: str, out: str) -> RefeaturizeConfig:
+        return cls(input=input, out=out, shard_size_mb=0.5)
+
+
+def refeaturize_table(table: pa.Table) -> pa.Table:
+    """Recompute obs_text, obs_tokens, obs_numeric and obs_unknown_words from the state column."""
+    states = table.column("state").to_pylist()
+    formats = table.column("format").to_pylist()
+    text, tokens, numeric, unknown = zip(*(observe(s, f) for s, f in zip(states, formats, strict=True)), strict=True)
+    schema = table.schema
+    for name, values in (("obs_text", text), ("obs_tokens", tokens), ("obs_numeric", numeric),
+                         ("obs_unknown_words", unknown)):
+        i = schema.get_field_index(name)
+        table = table.set_column(i, schema.field(i), pa.array(list(values), type=schema.field(i).type))
+    return table
+
+
+def run(cfg: RefeaturizeConfig, *, log=print):
+    from pipelines.writer import ShardWriter
+    from shards_schema.pokemon import INDEX_SCHEMA, TURNS_SCHEMA
+    from shards_schema.reader import open_version
+    from shards_schema.versions import POKEMON_TURNS
+
+    source = open_version(cfg.input, ignore_versions=("observation",))
+    m = source.manifest
+    writer = ShardWriter(out_root=Path(cfg.out).resolve(), dataset=cfg.dataset or m.dataset, schema=TURNS_SCHEMA,
+                         index_schema=INDEX_SCHEMA, code=POKEMON_TURNS,
+                         shard_size_bytes=int(cfg.shard_size_mb * 1024 * 1024))
+    start = time.monotonic()
+    index = source.index().to_pylist()
+    quarantine = source.quarantine().to_pylist()
+    try:
+        for file_entry in m.files:
+            table = refeaturize_table(pq.read_table(source.path / file_entry.path))
+            rows_by_input: dict[str, list[tuple[int, int]]] = {}
+            for entry in index:
+                if entry["file"] == file_entry.path:
+                    rows_by_input.setdefault(entry["input_id"], []).append((entry["row_start"], entry["num_rows"]))
+            for input_id, spans in rows_by_input.items():
+                first, last = spans[0][0], spans[-1][0] + spans[-1][1]
+                part = table.slice(first, last - first)
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, TURNS_SCHEMA) as ipc:
+                    ipc.write_table(part)
+                writer.add_result({"input_id": input_id, "input_sha256": None, "status": "written",
+                                   "turns_ipc": sink.getvalue().to_pybytes()})
+        for row in quarantine:
+            writer.add_result({**row, "status": row["kind"]})
+        config = {**m.config, "refeaturized_from": f"{m.dataset}/{m.version}"}
+        published = writer.publish(source=m.source, source_revision=m.source_revision, config=config)
+    except BaseException:
+        writer.abort()
+        raise
+    log(f"[refeaturize] {published.manifest.counts.rows} rows re-derived with observation spec "
+        f"{POKEMON_TURNS.observation} in {time.monotonic() - start:.1f}s")
+    log(str(published.path))
+    return published
+
+
+def main(argv: list[str] | None = None) -> None:
+    from pipelines.cli import parse_config
+
+    run(parse_config(RefeaturizeConfig, argv))
+
+
+if __name__ == "__main__":
+    main()

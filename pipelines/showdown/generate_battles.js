@@ -1,0 +1,352 @@
+#!/usr/bin/env node
+'use strict';
+/**
+ * Self-play battle generator for Pokémon Showdown's simulator.
+ *
+ *   node pipelines/showdown/generate_battles.js --format gen9randombattle \
+ *       --num-battles 20 --seed 7 --p1 heuristic --p2 random [--first-index 0] [--max-turns 1000]
+ *
+ * Writes one JSON object per battle to stdout (JSON Lines, ordered by battle
+ * index); progress, warnings and the final summary go to stderr.
+ *
+ * Determinism: every seed (battle PRNG, teams, player PRNGs) is derived from
+ * (--seed, battle index, purpose) with SHA-256, and `|t:|` timestamp lines are
+ * dropped, so the same arguments give byte-identical output. Battles are
+ * independent, so `--first-index` can shard a run across processes.
+ */
+
+const crypto = require('crypto');
+const { BattleStream, getPlayerStreams, Dex, Teams, TeamValidator, PRNG } = require('pokemon-showdown');
+const { POLICIES, legalChoices } = require('./players');
+
+const MAX_TEAM_ATTEMPTS = 200;
+
+// ---------------------------------------------------------------------------
+// CLI
+// ---------------------------------------------------------------------------
+
+function parseArgs(argv) {
+	const opts = {
+		format: 'gen9randombattle', numBattles: 1, seed: 0, firstIndex: 0,
+		p1: 'heuristic', p2: 'random', maxTurns: 1000,
+	};
+	const names = {
+		'--format': 'format', '--num-battles': 'numBattles', '--seed': 'seed',
+		'--first-index': 'firstIndex', '--p1': 'p1', '--p2': 'p2', '--max-turns': 'maxTurns',
+	};
+	for (let i = 0; i < argv.length; i++) {
+		let arg = argv[i];
+		let value;
+		if (arg.includes('=')) [arg, value] = [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)];
+		if (arg === '-h' || arg === '--help') {
+			process.stderr.write('usage: generate_battles.js --format F --num-battles N --seed S ' +
+				'--p1 heuristic|random --p2 heuristic|random [--first-index I] [--max-turns T]\n');
+			process.exit(0);
+		}
+		const key = names[arg];
+		if (!key) throw new Error(`unknown argument ${arg}`);
+		if (value === undefined) value = argv[++i];
+		if (value === undefined) throw new Error(`missing value for ${arg}`);
+		opts[key] = value;
+	}
+	for (const key of ['numBattles', 'seed', 'firstIndex', 'maxTurns']) {
+		const n = Number(opts[key]);
+		if (!Number.isInteger(n) || n < 0) throw new Error(`--${key} must be a non-negative integer`);
+		opts[key] = n;
+	}
+	for (const p of ['p1', 'p2']) {
+		if (!POLICIES[opts[p]]) throw new Error(`unknown policy ${opts[p]} (have: ${Object.keys(POLICIES).join(', ')})`);
+	}
+	const format = Dex.formats.get(opts.format);
+	if (!format.exists || format.effectType !== 'Format') throw new Error(`unknown format ${opts.format}`);
+	if ((format.gameType || 'singles') !== 'singles') throw new Error(`only singles formats are supported`);
+	opts.format = format.id;
+	return opts;
+}
+
+// ---------------------------------------------------------------------------
+// Seeds and teams
+// ---------------------------------------------------------------------------
+
+/** Gen-5 PRNG seed [a,b,c,d] (16-bit words) for one purpose of one battle. */
+function deriveSeed(seed, index, purpose) {
+	const digest = crypto.createHash('sha256').update(`replayforge|${seed}|${index}|${purpose}`).digest();
+	return [0, 2, 4, 6].map(off => digest.readUInt16BE(off));
+}
+
+/**
+ * Team for a non-random format: random-battle sets of the same generation at
+ * the format's level, kept only if the format's validator accepts them.
+ * Returns the packed team (the validator may normalise sets, so pack after it).
+ */
+function buildTeam(format, seed, index, slot) {
+	const dex = Dex.forFormat(format);
+	const generator = `gen${dex.gen}randombattle`;
+	const validator = TeamValidator.get(format.id);
+	const ruleTable = dex.formats.getRuleTable(format);
+	const level = ruleTable.adjustLevel || ruleTable.maxLevel || 100;
+	let lastProblems = [];
+	for (let attempt = 0; attempt < MAX_TEAM_ATTEMPTS; attempt++) {
+		const teamSeed = deriveSeed(seed, index, `${slot}-team-${attempt}`).join(',');
+		const team = Teams.generate(generator, { seed: teamSeed }).map(set => ({ ...set, level }));
+		const problems = validator.validateTeam(team);
+		if (!problems) return Teams.pack(team);
+		lastProblems = problems;
+	}
+	throw new Error(`no valid ${format.id} team after ${MAX_TEAM_ATTEMPTS} attempts: ${lastProblems.join('; ')}`);
+}
+
+// ---------------------------------------------------------------------------
+// One battle
+// ---------------------------------------------------------------------------
+
+function policyLabel(policy, slot) {
+	return `${policy.charAt(0).toUpperCase()}${policy.slice(1)} Bot ${slot.slice(1)}`;
+}
+
+function dropTimestamps(chunk) {
+	return chunk.split('\n').filter(line => !line.startsWith('|t:|'));
+}
+
+/** The battle currently running; the stall watchdog (see main) aborts it. */
+let currentBattle = null;
+
+async function runBattle(opts, index) {
+	const format = Dex.formats.get(opts.format);
+	const battleSeed = deriveSeed(opts.seed, index, 'battle');
+	const record = {
+		battle_id: `${opts.format}-${opts.seed}-${index}`,
+		format: opts.format,
+		seed: battleSeed,
+		index,
+		players: {
+			p1: { name: policyLabel(opts.p1, 'p1'), policy: opts.p1 },
+			p2: { name: policyLabel(opts.p2, 'p2'), policy: opts.p2 },
+		},
+		winner: null,
+		num_turns: 0,
+		error: null,
+		spectator_log: [],
+		streams: { p1: [], p2: [] },
+	};
+
+	const streams = getPlayerStreams(new BattleStream());
+	let error = null;
+	let ended = false;
+	const fail = message => {
+		if (!error) error = message;
+		if (!ended) {
+			ended = true;
+			process.stderr.write(`[battle ${index}] ${message}\n`);
+			// Ends the battle cleanly (emits |tie and closes every stream).
+			void streams.omniscient.write('>forcetie');
+		}
+	};
+
+	let abort;
+	const aborted = new Promise(resolve => {
+		abort = message => {
+			fail(message);
+			resolve();
+		};
+	});
+
+	const drivers = ['p1', 'p2'].map(slot => drivePlayer({
+		slot, stream: streams[slot], events: record.streams[slot], fail,
+		player: new POLICIES[opts[slot]]({
+			prng: new PRNG(deriveSeed(opts.seed, index, `${slot}-policy`).join(',')),
+			format: opts.format, side: slot,
+		}),
+	}));
+
+	const spectator = (async () => {
+		for await (const chunk of streams.spectator) {
+			for (const line of dropTimestamps(chunk)) {
+				record.spectator_log.push(line);
+				if (line.startsWith('|turn|')) {
+					record.num_turns = Number(line.slice(6));
+					if (record.num_turns > opts.maxTurns) fail(`turn limit exceeded (${opts.maxTurns} turns)`);
+				} else if (line.startsWith('|win|')) {
+					const name = line.slice(5);
+					record.winner = ['p1', 'p2'].find(s => record.players[s].name === name) || null;
+				} else if (line.includes('You have hit the turn limit!')) {
+					fail('turn limit reached (simulator auto-tie)');
+				}
+			}
+		}
+	})();
+
+	currentBattle = { abort };
+	const setup = (async () => {
+		const start = { formatid: opts.format, seed: battleSeed };
+		void streams.omniscient.write(`>start ${JSON.stringify(start)}`);
+		for (const slot of ['p1', 'p2']) {
+			const options = { name: record.players[slot].name };
+			if (format.team) {
+				// Random formats: let the simulator's own generator build the team.
+				options.seed = deriveSeed(opts.seed, index, `${slot}-team-0`).join(',');
+			} else {
+				options.team = buildTeam(format, opts.seed, index, slot);
+			}
+			void streams.omniscient.write(`>player ${slot} ${JSON.stringify(options)}`);
+		}
+	})();
+	const done = Promise.allSettled([setup, spectator, ...drivers]).then(results => {
+		for (const r of results) {
+			if (r.status === 'rejected') fail(`simulator error: ${r.reason && r.reason.message || r.reason}`);
+		}
+	});
+	await Promise.race([done, aborted]);
+	currentBattle = null;
+
+	if (error) {
+		record.error = error;
+		record.winner = null;
+	}
+	return record;
+}
+
+/**
+ * Feeds one player's stream to its policy and answers its requests.
+ *
+ * Records each chunk as an event, in the order received. A chunk from the
+ * simulator is either a log update (one chunk = one event) or a single
+ * sideupdate line (`|request|...`, `|error|...`).
+ */
+async function drivePlayer({ slot, stream, events, player, fail }) {
+	// The request we last answered: {event, legal, tried}. Its `choice` is
+	// rewritten if the simulator rejects the answer, so that the record only
+	// holds the choice the simulator actually executed.
+	let pending = null;
+
+	const answer = (event, choice) => {
+		event.choice = choice;
+		void stream.write(choice);
+	};
+
+	const onRequest = request => {
+		const event = { kind: 'request', request, choice: null };
+		events.push(event);
+		pending = null;
+		const legal = legalChoices(request);
+		if (!legal.length) return; // wait request
+		let choice;
+		try {
+			choice = player.choose(request, legal);
+		} catch (err) {
+			process.stderr.write(`[${slot}] policy crashed (${err.stack}); using first legal choice\n`);
+		}
+		const allowed = request.teamPreview ? /^team \d+$/.test(choice || '') :
+			legal.some(c => c.choice === choice);
+		if (!allowed) {
+			if (choice !== undefined) process.stderr.write(`[${slot}] policy chose illegal "${choice}"; using first legal choice\n`);
+			choice = legal[0].choice;
+		}
+		pending = { event, legal, tried: new Set([choice]) };
+		answer(event, choice);
+	};
+
+	const onError = line => {
+		events.push({ kind: 'error', line });
+		process.stderr.write(`[${slot}] simulator: ${line}\n`);
+		if (!pending) return;
+		if (line.startsWith('|error|[Unavailable choice]')) {
+			// The simulator follows up with an updated request (update: true)
+			// which gets answered like any other; the rejected one executed nothing.
+			pending.event.choice = null;
+			pending = null;
+			return;
+		}
+		const next = pending.legal.find(c => !pending.tried.has(c.choice));
+		if (!next) {
+			pending.event.choice = null;
+			fail(`${slot}: every legal choice was rejected`);
+			return;
+		}
+		pending.tried.add(next.choice);
+		answer(pending.event, next.choice);
+	};
+
+	for await (const chunk of stream) {
+		const lines = dropTimestamps(chunk);
+		if (lines.length === 1 && lines[0].startsWith('|request|')) {
+			onRequest(JSON.parse(lines[0].slice('|request|'.length)));
+		} else if (lines.length === 1 && lines[0].startsWith('|error|')) {
+			onError(lines[0]);
+		} else if (lines.length && !(lines.length === 1 && lines[0] === '')) {
+			events.push({ kind: 'update', lines });
+			pending = null; // the battle moved on: our last answer was accepted
+			player.observe(lines);
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Main
+// ---------------------------------------------------------------------------
+
+function writeLine(line) {
+	return new Promise((resolve, reject) => {
+		const ok = process.stdout.write(line + '\n', err => (err ? reject(err) : null));
+		if (ok) resolve();
+		else process.stdout.once('drain', resolve);
+	});
+}
+
+async function main() {
+	let opts;
+	try {
+		opts = parseArgs(process.argv.slice(2));
+	} catch (err) {
+		process.stderr.write(`error: ${err.message}\n`);
+		process.exit(2);
+	}
+
+	// If the event loop runs dry while a battle is unfinished, nobody is ever
+	// going to answer (a player missed a request): end that battle as an error
+	// instead of letting node exit silently mid-run.
+	process.on('beforeExit', () => {
+		if (currentBattle) currentBattle.abort('stalled: no player had a pending decision');
+	});
+	process.stdout.on('error', err => {
+		if (err.code === 'EPIPE') process.exit(0);
+		throw err;
+	});
+
+	const stats = { battles: 0, p1: 0, p2: 0, ties: 0, errors: 0, turns: 0 };
+	const t0 = process.hrtime.bigint();
+	const last = opts.firstIndex + opts.numBattles;
+	for (let index = opts.firstIndex; index < last; index++) {
+		let record;
+		try {
+			record = await runBattle(opts, index);
+		} catch (err) {
+			process.stderr.write(`[battle ${index}] ${err.stack}\n`);
+			record = {
+				battle_id: `${opts.format}-${opts.seed}-${index}`, format: opts.format,
+				seed: deriveSeed(opts.seed, index, 'battle'), index, players: null,
+				winner: null, num_turns: 0, error: String(err.message || err), spectator_log: [],
+				streams: { p1: [], p2: [] },
+			};
+		}
+		await writeLine(JSON.stringify(record));
+		stats.battles++;
+		stats.turns += record.num_turns;
+		if (record.error) stats.errors++;
+		if (record.winner) stats[record.winner]++;
+		else if (!record.error) stats.ties++;
+		if (stats.battles % 50 === 0) process.stderr.write(`... ${stats.battles}/${opts.numBattles} battles\n`);
+	}
+	const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+	process.stderr.write(
+		`summary: format=${opts.format} battles=${stats.battles} ` +
+		`p1(${opts.p1}) wins=${stats.p1} p2(${opts.p2}) wins=${stats.p2} ties=${stats.ties} errors=${stats.errors} ` +
+		`avg_turns=${(stats.turns / Math.max(1, stats.battles)).toFixed(1)} ` +
+		`battles/s=${(stats.battles / Math.max(seconds, 1e-9)).toFixed(2)}\n`
+	);
+}
+
+main().catch(err => {
+	process.stderr.write(`fatal: ${err.stack}\n`);
+	process.exit(1);
+});

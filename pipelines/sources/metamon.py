@@ -1,0 +1,219 @@
+"""Metamon's parsed replays: one ``.json.lz4`` per player per battle, loose or in per-format ``.tar.gz`` archives.
+
+Files are named ``{battle_id}_{rating|Unrated}_{player}_vs_{opponent}_{MM-DD-YYYY}_{WIN|LOSS}.json.lz4`` (names may
+hold spaces) and hold ``{"states": [UniversalState...], "actions": [int...]}``. Archives are read member by member,
+never unpacked to disk. The hub dataset is ``jakegrigsby/metamon-parsed-replays``, one ``<format>.tar.gz`` per format,
+downloaded at a pinned revision with huggingface_hub (which resumes partial downloads).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import lz4.frame
+
+from pipelines.errors import (
+    CorruptCompressionError,
+    IllegalActionError,
+    InvalidJsonError,
+    InvalidRecordError,
+    UnknownFormatError,
+)
+from pipelines.pokemon.trajectory import TrajectoryMeta, build_rows, derived_mask
+
+HUB_REPO = "jakegrigsby/metamon-parsed-replays"
+HUB_REVISION = "v1"
+"""Metamon's release tag for its parsed replays (the revision its own loader pins)."""
+
+_NAME = re.compile(
+    r"^(?P<battle>[^_]+)_(?P<rating>\d+|Unrated)_(?P<players>.+)_(?P<date>\d{2}-\d{2}-\d{4})_(?P<result>WIN|LOSS)"
+    r"\.json\.lz4$"
+)
+_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+
+
+@dataclass(frozen=True)
+class FileName:
+    """What a Metamon file name says about its trajectory."""
+
+    battle_id: str
+    rating: int | None
+    player: str
+    opponent: str
+    date: str
+    won: bool
+
+    @property
+    def format(self) -> str:
+        """Battle ids are ``[prefix-]<format>-<number>``."""
+        parts = self.battle_id.split("-")
+        return next((p for p in parts if p.startswith("gen")), parts[0])
+
+
+def parse_name(name: str) -> FileName:
+    match = _NAME.match(Path(name).name)
+    if match is None:
+        raise InvalidRecordError(f"{name!r} does not follow Metamon's file naming")
+    player, sep, opponent = match["players"].partition("_vs_")
+    if not sep:
+        raise InvalidRecordError(f"{name!r} has no `_vs_` between the player names")
+    rating = None if match["rating"] == "Unrated" else int(match["rating"])
+    return FileName(match["battle"], rating, player, opponent, match["date"], match["result"] == "WIN")
+
+
+def list_inputs(root: Path) -> list[str]:
+    """Loose ``.json.lz4`` files and archives under ``root`` (or ``root`` itself), sorted, as absolute paths."""
+    root = Path(root)
+    if root.is_file():
+        return [str(root)]
+    if not root.is_dir():
+        raise FileNotFoundError(f"--input {root} does not exist")
+    found = [p for p in root.rglob("*") if p.is_file() and (p.name.endswith(".json.lz4") or
+                                                            p.name.endswith(_ARCHIVE_SUFFIXES))]
+    return sorted(str(p) for p in found)
+
+
+def is_archive(path: str) -> bool:
+    return path.endswith(_ARCHIVE_SUFFIXES)
+
+
+def iter_archive(path: str) -> Iterator[tuple[str, bytes | None, str | None]]:
+    """(member id, bytes or None, read error) for each ``.json.lz4`` member, streaming the archive once."""
+    try:
+        with tarfile.open(path, mode="r|*") as tar:
+            for member in tar:
+                if not member.isfile() or not member.name.endswith(".json.lz4"):
+                    continue
+                handle = tar.extractfile(member)
+                yield f"{Path(path).name}::{member.name}", handle.read() if handle else None, None
+    except (tarfile.TarError, EOFError, OSError) as err:  # a cut archive: keep what was read, record the rest
+        yield f"{Path(path).name}::<rest of archive>", None, f"{type(err).__name__}: {err}"
+
+
+def download(formats: list[str], out_dir: Path, revision: str = HUB_REVISION) -> Path:
+    """Fetch only the asked formats' archives from the hub; resumable, and a no-op once present."""
+    from huggingface_hub import hf_hub_download
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for fmt in formats:
+        hf_hub_download(repo_id=HUB_REPO, repo_type="dataset", filename=f"{fmt}.tar.gz", revision=revision,
+                        local_dir=str(out_dir))
+    return out_dir
+
+
+def _types(raw: str) -> list[str]:
+    return [t for t in raw.split() if t != "notype"]
+
+
+def _move(raw: dict | None) -> dict | None:
+    if raw is None or raw.get("name") in (None, "nomove"):
+        return None
+    return {"name": raw["name"], "move_type": raw["move_type"], "category": raw["category"],
+            "base_power": int(raw["base_power"]), "accuracy": float(raw["accuracy"]),
+            "priority": int(raw["priority"]), "current_pp": int(raw["current_pp"]), "max_pp": int(raw["max_pp"])}
+
+
+def _words(raw: str, empty: str) -> list[str]:
+    return sorted(w for w in raw.split() if w != empty)
+
+
+def _mon(raw: dict | None) -> dict | None:
+    if raw is None:
+        return None
+    effect = raw.get("effect", "noeffect")
+    tera = raw.get("tera_type", "notype")
+    types = _types(raw["types"])
+    return {
+        "name": raw["name"], "base_species": raw.get("base_species", raw["name"]), "hp_pct": float(raw["hp_pct"]),
+        "types": types, "item": raw["item"], "ability": raw["ability"], "level": int(raw["lvl"]),
+        "status": raw["status"], "effects": [] if effect == "noeffect" else [effect],
+        "moves": [_move(m) for m in raw["moves"] if m.get("name") != "nomove"],
+        **{k: int(raw[k]) for k in ("atk_boost", "def_boost", "spa_boost", "spd_boost", "spe_boost",
+                                    "accuracy_boost", "evasion_boost")},
+        **{k: int(raw[k]) for k in ("base_hp", "base_atk", "base_def", "base_spa", "base_spd", "base_spe")},
+        "tera_type": tera,
+        # Metamon's UniversalState has no terastallized flag; unknown here, so never claimed.
+        "terastallized": False,
+    }
+
+
+def universal_state(raw: dict) -> dict:
+    """Metamon's UniversalState dict → our BattleState dict (explicit empties instead of sentinel words)."""
+    player_active = _mon(raw["player_active_pokemon"])
+    switches = [_mon(m) for m in raw["available_switches"]]
+    fainted_active = player_active is None or player_active["status"] == "fnt" or player_active["hp_pct"] <= 0
+    return {
+        "player_active": player_active, "opponent_active": _mon(raw["opponent_active_pokemon"]),
+        "available_switches": switches,
+        "player_prev_move": _move(raw.get("player_prev_move")),
+        "opponent_prev_move": _move(raw.get("opponent_prev_move")),
+        "player_remaining": len(switches) + (0 if fainted_active else 1),
+        "opponents_remaining": int(raw["opponents_remaining"]),
+        "player_conditions": _words(raw.get("player_conditions", ""), "noconditions"),
+        "opponent_conditions": _words(raw.get("opponent_conditions", ""), "noconditions"),
+        "weather": raw.get("weather", "noweather"),
+        "battle_field": _words(raw.get("battle_field", ""), "nofield"),
+        "forced_switch": bool(raw["forced_switch"]), "can_tera": bool(raw.get("can_tera", False)),
+        "opponent_teampreview": list(raw.get("opponent_teampreview") or []),
+    }
+
+
+def decode(payload: bytes) -> dict:
+    try:
+        text = lz4.frame.decompress(payload)
+    except RuntimeError as err:  # lz4.frame raises RuntimeError on corrupt frames
+        raise CorruptCompressionError(f"lz4 frame does not decompress: {err}") from err
+    try:
+        data = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InvalidJsonError(f"decompressed bytes are not JSON: {err}") from err
+    if not isinstance(data, dict) or not isinstance(data.get("states"), list) or not isinstance(
+            data.get("actions"), list):
+        raise InvalidRecordError("expected an object with `states` and `actions` lists")
+    return data
+
+
+def parse(input_id: str, payload: bytes, formats: frozenset[str] | None, known_formats: frozenset[str]) -> tuple[
+        list[dict], str | None]:
+    """Rows of one Metamon file, or (``[]``, filter reason). Raises a typed InputError for bad input."""
+    name = parse_name(input_id.rsplit("::", 1)[-1])
+    data = decode(payload)
+    states, actions = data["states"], data["actions"]
+    if not states:
+        raise InvalidRecordError("trajectory has no states")
+    if len(states) != len(actions):
+        raise InvalidRecordError(f"{len(states)} states but {len(actions)} actions")
+    try:
+        fmt = states[0]["format"]
+        converted = [universal_state(s) for s in states]
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise InvalidRecordError(f"state does not have the UniversalState shape: {type(err).__name__}: {err}") from err
+    if fmt not in known_formats:
+        raise UnknownFormatError(f"format {fmt!r} is not a format of the pinned simulator")
+    if formats is not None and fmt not in formats:
+        return [], "format_not_requested"
+    final = states[-1]
+    if final.get("battle_won"):
+        result = "win"
+    elif final.get("battle_lost"):
+        result = "loss"
+    else:
+        result = "win" if name.won else "loss"  # Metamon writes ties as LOSS; its last state says which
+    steps = []
+    for i, (state, action) in enumerate(zip(converted, actions, strict=True)):
+        if not isinstance(action, int) or action < -1:
+            raise IllegalActionError(f"decision {i}: action {action!r} is not an action id")
+        steps.append((state, action, derived_mask(state)))
+    meta = TrajectoryMeta(battle_id=name.battle_id, format=fmt, player_side="unknown", player_name=name.player,
+                          opponent_name=name.opponent, result=result, rating=name.rating)
+    return build_rows(meta, steps, mask_exact=False, battle_turns=[None] * len(steps)), None
+
+
+def sha256(payload: bytes) -> str:
+    return hashlib.sha256(payload).hexdigest()

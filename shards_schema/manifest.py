@@ -1,0 +1,122 @@
+"""The typed manifest every shard version carries, and the version rules readers enforce."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileEntry:
+    """One file of a shard version.
+
+    Attributes:
+        path: file name relative to the version folder.
+        rows: number of rows.
+        bytes: file size in bytes.
+        sha256: hex sha256 of the file's bytes.
+    """
+
+    path: str
+    rows: int
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Counts:
+    """Inputs in and out, all in units of inputs (a file, an archive member, a battle, a game).
+
+    ``inputs == written + sum(filtered.values()) + sum(quarantined.values())`` always holds.
+
+    Attributes:
+        inputs: inputs the source yielded.
+        written: inputs that became at least one row.
+        filtered: inputs a filter excluded, by reason.
+        quarantined: inputs that were bad, by reason.
+        trajectories: trajectories written (beside the input counts).
+        rows: rows written.
+        unknown_words: observation words outside the vocabulary, over all rows.
+    """
+
+    inputs: int
+    written: int
+    filtered: dict[str, int]
+    quarantined: dict[str, int]
+    trajectories: int
+    rows: int
+    unknown_words: int = 0
+
+    def reconciles(self) -> bool:
+        return self.inputs == self.written + sum(self.filtered.values()) + sum(self.quarantined.values())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Manifest:
+    """What a shard version is, where it came from, and what is in it.
+
+    Attributes:
+        manifest_format: version of this manifest layout.
+        dataset: dataset name (the folder above the version).
+        version: the version folder name, derived from inputs, parser and observation spec.
+        schema_name: name of the row schema (``pokemon_turns``).
+        schema_version: semantic version of the row schema.
+        parser_version: semantic version of the parser that made the rows.
+        observation_version: semantic version of the observation spec that made the obs columns.
+        source: source name (``generated``, ``metamon``...).
+        source_revision: pinned revision of the source (hub commit, simulator version), if any.
+        inputs_sha256: sha256 over the ordered input ids and input hashes: the identity of the inputs.
+        config: the job config fields that shape the output.
+        counts: inputs in and out.
+        files: the shard files, in order.
+        index_file: the per-trajectory (or per-game) index.
+        quarantine_file: the quarantine table.
+        git_commit: commit of the code that wrote it (``unknown`` outside a git checkout).
+    """
+
+    manifest_format: int
+    dataset: str
+    version: str
+    schema_name: str
+    schema_version: str
+    parser_version: str
+    observation_version: str
+    source: str
+    source_revision: str | None
+    inputs_sha256: str
+    config: dict
+    counts: Counts
+    files: list[FileEntry]
+    index_file: FileEntry
+    quarantine_file: FileEntry
+    git_commit: str
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> Manifest:
+        raw = json.loads(text)
+        raw["counts"] = Counts(**raw["counts"])
+        raw["files"] = [FileEntry(**f) for f in raw["files"]]
+        raw["index_file"] = FileEntry(**raw["index_file"])
+        raw["quarantine_file"] = FileEntry(**raw["quarantine_file"])
+        return cls(**raw)
+
+    @classmethod
+    def load(cls, version_dir: Path) -> Manifest:
+        return cls.from_json((Path(version_dir) / MANIFEST_NAME).read_text())
+
+
+def major(version: str) -> int:
+    """The major part of a semantic version string."""
+    try:
+        return int(version.split(".", 1)[0])
+    except ValueError as err:
+        raise ValueError(f"not a semantic version: {version!r}") from err
