@@ -41,8 +41,7 @@ def parse_config(cls: type, argv: list[str] | None = None):
     args = vars(parser_for(cls).parse_args(argv))
     tiny = args.pop("tiny")
     if tiny:
-        return dataclasses.replace(cls.tiny(**{k: v for k, v in args.items() if k in _required(cls)}),
-                                   **{k: v for k, v in args.items() if k not in _required(cls)})
+        return cls.tiny(**args)
     missing = [f for f in _required(cls) if f not in args]
     if missing:
         parser_for(cls).error("missing required " + ", ".join("--" + m.replace("_", "-") for m in missing))

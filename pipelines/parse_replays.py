@@ -96,10 +96,11 @@ class ParseConfig:
             raise ValueError("--p1/--p2 must be random or heuristic")
 
     @classmethod
-    def tiny(cls, *, source: str = "generated", out: str = "out") -> ParseConfig:
-        """A few battles per format, small shards: tests and the demo."""
-        return cls(source=source, out=out, num_battles=6, battles_per_chunk=3, shard_size_mb=0.5,
-                   inputs_per_batch=4, progress_every_s=5.0)
+    def tiny(cls, *, source: str = "generated", out: str = "out", **overrides) -> ParseConfig:
+        """A few battles per format, small shards: tests and the demo. Keyword overrides win."""
+        fields = {"num_battles": 6, "battles_per_chunk": 3, "shard_size_mb": 0.5, "inputs_per_batch": 4,
+                  "progress_every_s": 5.0, **overrides}
+        return cls(source=source, out=out, **fields)
 
     @property
     def effective_formats(self) -> list[str]:
@@ -119,16 +120,15 @@ class ParseConfig:
 class ParseInputs:
     """Parses a batch of raw inputs; expensive set-up (dex, vocabulary) happens once per actor."""
 
-    def __init__(self, source: str, formats: list[str], dexes: dict[int, dict], known_formats: list[str]):
-        from pipelines.pokemon.dex import Dex
+    def __init__(self, source: str, formats: list[str]):
+        from pipelines.pokemon.dex import known_formats, load_dex
         from pipelines.pokemon.observation import vocabulary
         from shards_schema.pokemon import TURNS_SCHEMA
 
         self.source = source
         self.formats = frozenset(formats) if formats else None
-        self.known_formats = frozenset(known_formats)
-        self.dexes = {int(g): Dex(int(g), d["species"], d["moves"], d["items"], d["abilities"])
-                      for g, d in dexes.items()}
+        self.known_formats = known_formats()
+        self.dexes = {g: load_dex(g) for g in range(1, 10)}
         self.schema = TURNS_SCHEMA
         vocabulary()
 
@@ -229,23 +229,11 @@ def read_stage(cfg: ParseConfig):
             Path(p).name.split(".")[0] == f for f in cfg.formats)]
     items = [{"path": p, "root": str(root)} for p in paths]
     ds = ray.data.from_items(items, override_num_blocks=max(1, min(len(items), 200)))
-    ds = ds.flat_map(_read_metamon)
+    ds = ds.flat_map(_read_metamon, num_cpus=cfg.cpus_per_actor)
     return ds, len(items), f"{metamon.HUB_REPO}@{cfg.revision}" if cfg.download else None
 
 
 # ---------------------------------------------------------------------------- driver
-def _dex_payload(cfg: ParseConfig) -> tuple[dict[int, dict], list[str]]:
-    import json
-
-    from pipelines.pokemon.dex import dex_dir, gen_of_format
-
-    directory = dex_dir()
-    gens = {gen_of_format(f) for f in cfg.effective_formats} if cfg.source == "generated" else set()
-    dexes = {g: json.loads((directory / f"gen{g}.json").read_text()) for g in sorted(gens)}
-    known = sorted({f for g in range(1, 10) for f in json.loads((directory / f"gen{g}.json").read_text())["formats"]})
-    return dexes, known
-
-
 def init_ray(cfg: ParseConfig) -> None:
     import ray
 
@@ -270,15 +258,13 @@ def run(cfg: ParseConfig, *, log=print):
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True  # deterministic shard contents and names
     ctx.enable_progress_bars = False
-    dexes, known_formats = _dex_payload(cfg)
     ds, planned, revision = read_stage(cfg)
     log(f"[parse] source={cfg.source} formats={cfg.effective_formats or 'all'} read tasks={planned}")
     ds = ds.map_batches(
         ParseInputs, batch_format="pyarrow", batch_size=cfg.inputs_per_batch,
         compute=ray.data.ActorPoolStrategy(size=cfg.num_parse_actors),
         num_cpus=cfg.cpus_per_actor,
-        fn_constructor_kwargs={"source": cfg.source, "formats": cfg.effective_formats, "dexes": dexes,
-                               "known_formats": known_formats},
+        fn_constructor_kwargs={"source": cfg.source, "formats": cfg.effective_formats},
     )
     writer = ShardWriter(out_root=Path(cfg.out).resolve(), dataset=cfg.dataset, schema=TURNS_SCHEMA,
                          index_schema=INDEX_SCHEMA, code=POKEMON_TURNS,

@@ -38,8 +38,8 @@ class RefeaturizeConfig:
     shard_size_mb: float = 128.0
 
     @classmethod
-    def tiny(cls, *, input: str, out: str) -> RefeaturizeConfig:
-        return cls(input=input, out=out, shard_size_mb=0.5)
+    def tiny(cls, *, input: str, out: str, **overrides) -> RefeaturizeConfig:
+        return cls(input=input, out=out, **{"shard_size_mb": 0.5, **overrides})
 
 
 def refeaturize_table(table: pa.Table) -> pa.Table:

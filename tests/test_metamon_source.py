@@ -15,9 +15,9 @@ GEN9_LOSS = "smogtours-gen9ou-733546_Unrated_amaterus_vs_jealousy jealousy_12-03
 
 @pytest.fixture(scope="module")
 def known_formats():
-    from pipelines.parse_replays import ParseConfig, _dex_payload
+    from pipelines.pokemon.dex import known_formats as known
 
-    return frozenset(_dex_payload(ParseConfig(source="metamon", out="x", input="x"))[1])
+    return known()
 
 
 def _parse(name, known_formats, formats=None):

@@ -9,7 +9,6 @@ numbers; the first three lines are ``<pad>``, ``<unk>``, ``<blank>``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -33,10 +32,9 @@ EFFECTS = (
 ).split()
 
 
-def build(dex_dir: Path) -> list[str]:
+def build(gens: dict[str, dict]) -> list[str]:
     words: set[str] = set(SENTINELS) | set(WEATHERS) | set(EFFECTS)
-    for gen in range(1, 10):
-        dex = json.loads((dex_dir / f"gen{gen}.json").read_text())
+    for dex in gens.values():
         words |= set(dex["species"]) | set(dex["moves"]) | set(dex["items"]) | set(dex["abilities"])
         words |= {s["base_species"] for s in dex["species"].values()}
         words |= set(dex["types"]) | set(dex.get("formats", []))
@@ -45,16 +43,15 @@ def build(dex_dir: Path) -> list[str]:
 
 
 def main() -> None:
-    from pipelines.pokemon.dex import dex_dir
+    from pipelines.pokemon.dex import _all_gens
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--version", required=True, help="observation spec version the file is for")
-    parser.add_argument("--dex-dir", type=Path, default=None, help="exported dex folder (default: the project's)")
     args = parser.parse_args()
     out = VOCAB_DIR / f"obs-{args.version}.txt"
     if out.exists():
         raise SystemExit(f"{out} exists; a published vocabulary is never rewritten (make a new spec version)")
-    words = build(args.dex_dir or dex_dir())
+    words = build(_all_gens())
     out.write_text("\n".join(words) + "\n")
     print(f"{out}: {len(words)} words")
 

@@ -8,9 +8,11 @@ quarantine the battle instead of inventing numbers.
 from __future__ import annotations
 
 import json
+import lzma
 import os
 import re
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -41,28 +43,25 @@ def showdown_dir() -> Path:
     return path
 
 
-def dex_dir() -> Path:
-    """The exported dex folder, written on first use when missing."""
-    env = os.environ.get("REPLAYFORGE_DEX_DIR")
-    path = Path(env) if env else REPO_ROOT / ".cache" / f"dex-showdown-{SHOWDOWN_VERSION}"
-    if not (path / "gen9.json").is_file():
-        export_dex(path)
-    return path
+DEX_FILE = Path(__file__).resolve().parent / "dex" / f"showdown-{SHOWDOWN_VERSION}.json.xz"
+"""The dex of the pinned simulator, committed (60 KB) so parsers run on any Ray node without Node.js."""
 
 
-def export_dex(out: Path) -> None:
-    """Run the Node exporter into ``out`` (atomically: a half-written dex is never used)."""
-    tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "NODE_PATH": str(showdown_dir().parent)}
-    subprocess.run(
-        ["node", str(REPO_ROOT / "pipelines" / "showdown" / "export_dex.js"), "--out", str(tmp)],
-        check=True, env=env, cwd=REPO_ROOT,
-    )
-    try:
-        tmp.rename(out)
-    except OSError:  # another process published it first; theirs is identical
-        subprocess.run(["rm", "-rf", str(tmp)], check=False)
+def export_dex(out: Path = DEX_FILE) -> Path:
+    """Re-export the committed dex from the installed simulator (when bumping SHOWDOWN_VERSION)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "NODE_PATH": str(showdown_dir().parent)}
+        subprocess.run(["node", str(REPO_ROOT / "pipelines" / "showdown" / "export_dex.js"), "--out", tmp],
+                       check=True, env=env, cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+        dexes = {f"gen{g}": json.loads((Path(tmp) / f"gen{g}.json").read_text()) for g in range(1, 10)}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(lzma.compress(json.dumps(dexes, sort_keys=True, separators=(",", ":")).encode(), preset=9))
+    return out
+
+
+@cache
+def _all_gens() -> dict:
+    return json.loads(lzma.decompress(DEX_FILE.read_bytes()))
 
 
 @dataclass(frozen=True)
@@ -75,12 +74,22 @@ class Dex:
     items: dict
     abilities: dict
 
-    def species_entry(self, name: str) -> dict:
+    def species_id(self, name: str) -> str:
+        """The dex id of a species as a log names it. Cosmetic formes (``Florges-Yellow``, ``Gastrodon-East``)
+        are not dex entries and play exactly as their base forme, so they resolve to it."""
         sid = to_id(name)
-        entry = self.species.get(sid)
-        if entry is None:
-            raise UnknownDexEntry(f"species {name!r} is not in the gen {self.gen} dex")
-        return entry
+        if sid in self.species:
+            return sid
+        parts = name.split("-")
+        while len(parts) > 1:
+            parts.pop()
+            sid = to_id("-".join(parts))
+            if sid in self.species:
+                return sid
+        raise UnknownDexEntry(f"species {name!r} is not in the gen {self.gen} dex")
+
+    def species_entry(self, name: str) -> dict:
+        return self.species[self.species_id(name)]
 
     def move_entry(self, name: str) -> dict:
         mid = to_id(name)
@@ -93,10 +102,26 @@ class Dex:
 
 
 @cache
-def load_dex(gen: int, directory: str | None = None) -> Dex:
-    path = Path(directory) if directory else dex_dir()
-    raw = json.loads((path / f"gen{gen}.json").read_text())
+def load_dex(gen: int) -> Dex:
+    raw = _all_gens()[f"gen{gen}"]
     return Dex(gen, raw["species"], raw["moves"], raw["items"], raw["abilities"])
+
+
+@cache
+def known_formats() -> frozenset[str]:
+    """Every format id of the pinned simulator, all generations."""
+    return frozenset(f for raw in _all_gens().values() for f in raw["formats"])
+
+
+def export_main() -> None:
+    print(export_dex())
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(REPO_ROOT))
+    export_main()
 
 
 def gen_of_format(format_id: str) -> int:

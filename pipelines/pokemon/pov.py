@@ -2,15 +2,17 @@
 
 The request gives exact own-team facts (HP, PP, item, ability, tera type, which actions are legal); the log
 lines give everything about the opponent that the player saw. Each request that asks for a decision becomes one
-row, rendered after the log chunk that follows it (the simulator sends a request before the log leading up to
-it); the player's recorded answer is the action. A terminal row follows the battle's end.
+row, rendered when the request arrives: in pokemon-showdown 0.11.11 a player's stream sends the log chunk first
+and the request after it, so the tracker has seen exactly what the player saw when it chose. The player's recorded
+answer is the action. A request the simulator rejected and re-sent (``[Unavailable choice]``) has no recorded
+choice and is replaced by the re-sent one. A terminal row follows the battle's end.
 """
 
 from __future__ import annotations
 
 from pipelines.errors import IllegalActionError, InvalidRecordError, ProtocolError, TruncatedBattleError
 from pipelines.pokemon.dex import Dex, UnknownDexEntry, to_id
-from pipelines.pokemon.tracker import BattleTracker, _details, _ident
+from pipelines.pokemon.tracker import BattleTracker, Mon, _details, _ident
 from pipelines.pokemon.trajectory import TrajectoryMeta, build_rows
 from shards_schema.pokemon import NUM_ACTIONS, NUM_MOVES, NUM_SWITCHES
 
@@ -28,12 +30,13 @@ class _Decision:
     def __init__(self, tracker: BattleTracker, side_id: str, request: dict, choice: str | None):
         self.tracker, self.side_id, self.request, self.choice = tracker, side_id, request, choice
 
-    def render(self) -> tuple[dict, int, list[bool]]:
+    def render_state_and_mask(self) -> tuple[dict, list[bool]]:
         tracker, req = self.tracker, self.request
         side = tracker.sides[self.side_id]
         foe = tracker.sides["p2" if self.side_id == "p1" else "p1"]
         team = req["side"]["pokemon"]
         forced = bool(req.get("forceSwitch") and req["forceSwitch"][0])
+        self.reviving = forced and any(p.get("reviving") for p in team)
         active_req = req.get("active", [None])[0] if not forced else None
         active_slot = next((i for i, p in enumerate(team) if p.get("active")), None)
         switch_slots = [i for i, p in enumerate(team) if not p.get("active") and not p["condition"].endswith("fnt")]
@@ -44,8 +47,6 @@ class _Decision:
             species, level, _ = _details(p["details"])
             mon = side.mons.get(name)
             if mon is None:  # not switched in yet: known from the request alone
-                from pipelines.pokemon.tracker import Mon
-
                 mon = Mon(name, species, level, tracker.gen)
             mon.species, mon.level = species, level
             mon.set_condition(p["condition"])
@@ -102,15 +103,20 @@ class _Decision:
                     mask[slot] = True
                     if can_tera:
                         mask[_TERA_OFFSET + slot] = True
-        if forced or not (active_req and active_req.get("trapped")):
+        if not self.reviving and (forced or not (active_req and active_req.get("trapped"))):
             for k in range(len(switches)):
                 mask[NUM_MOVES + k] = True
-        return state, self._action(active_req, move_ids, switch_slots, forced), mask
+        self._facts = (active_req, move_ids, switch_slots, forced)
+        return state, mask
 
-    def _action(self, active_req, move_ids, switch_slots, forced) -> int:
+    def action(self) -> int:
+        """The action id of the recorded choice (call after ``render_state_and_mask``)."""
+        active_req, move_ids, switch_slots, forced = self._facts
         choice = (self.choice or "").split()
         if not choice:
             raise InvalidRecordError(f"{self.side_id}: no recorded choice for a decision request")
+        if choice[0] == "switch" and self.reviving:
+            return -1  # Revival Blessing picks a fainted party member: not one of the 13 actions
         if choice[0] == "switch":
             slot = int(choice[1]) - 1
             if slot not in switch_slots:
@@ -136,13 +142,7 @@ def pov_trajectory(record: dict, side_id: str, dex: Dex) -> list[dict]:
     tracker = BattleTracker(dex, fmt)
     steps: list[tuple[dict, int, list[bool]]] = []
     turns: list[int | None] = []
-    pending: _Decision | None = None
-
-    def decide() -> None:
-        nonlocal pending
-        steps.append(pending.render())
-        turns.append(tracker.turn)
-        pending = None
+    unanswered = False  # the last decision had no recorded choice: only a re-sent request may follow it
 
     try:
         events = record["streams"][side_id]
@@ -151,19 +151,24 @@ def pov_trajectory(record: dict, side_id: str, dex: Dex) -> list[dict]:
     for event in events:
         kind = event.get("kind")
         if kind == "request":
-            if pending is not None:
-                decide()
             req = event["request"]
             if req.get("wait") or req.get("teamPreview"):
                 continue  # no decision in the 13-action space
-            pending = _Decision(tracker, side_id, req, event.get("choice"))
+            if unanswered:  # the previous request was rejected and this one re-sent in its place
+                steps.pop()
+                turns.pop()
+            decision = _Decision(tracker, side_id, req, event.get("choice"))
+            unanswered = event.get("choice") is None
+            steps.append(decision.render_state_and_mask() + (decision,))
+            turns.append(tracker.turn)
         elif kind == "update":
+            if unanswered:
+                raise InvalidRecordError(f"{side_id}: a decision request has no recorded choice")
             for line in event["lines"]:
                 tracker.apply(line)
-            if pending is not None:
-                decide()
-    if pending is not None:
-        decide()
+    if unanswered:
+        raise InvalidRecordError(f"{side_id}: the last decision request has no recorded choice")
+    steps = [(state, decision.action(), mask) for state, mask, decision in steps]
     if not tracker.ended:
         raise TruncatedBattleError(f"{record.get('battle_id')}: {side_id}'s stream ends before the battle does")
     foe_id = "p2" if side_id == "p1" else "p1"

@@ -436,7 +436,10 @@ class BattleTracker:
 
     # ------------------------------------------------------------------ rendering
     def species_types(self, mon: Mon) -> list[str]:
-        return list(self.dex.species_entry(mon.species)["types"])
+        try:
+            return list(self.dex.species_entry(mon.species)["types"])
+        except UnknownDexEntry as err:
+            raise ProtocolError(str(err)) from err
 
     def move_state(self, move_id: str, *, pp: int | None = None, max_pp: int | None = None,
                    used: int = 0) -> dict:
@@ -451,15 +454,16 @@ class BattleTracker:
 
     def mon_state(self, mon: Mon, moves: list[dict] | None = None) -> dict:
         try:
-            entry = self.dex.species_entry(mon.species)
+            species_id = self.dex.species_id(mon.species)
         except UnknownDexEntry as err:
             raise ProtocolError(str(err)) from err
+        entry = self.dex.species[species_id]
         stats = entry["base_stats"]
         boosts = mon.boosts
         if moves is None:
             moves = [self.move_state(m, used=used) for m, used in mon.moves.items()][:8]
         return {
-            "name": to_id(mon.species), "base_species": entry["base_species"], "hp_pct": mon.hp_pct,
+            "name": species_id, "base_species": entry["base_species"], "hp_pct": mon.hp_pct,
             "types": mon.types if mon.types is not None else list(entry["types"]),
             "item": mon.item, "ability": mon.ability, "level": mon.level, "status": mon.status,
             "effects": sorted(mon.effects), "moves": moves,

@@ -111,13 +111,12 @@ function dropTimestamps(chunk) {
 /** The battle currently running; the stall watchdog (see main) aborts it. */
 let currentBattle = null;
 
-async function runBattle(opts, index) {
-	const format = Dex.formats.get(opts.format);
-	const battleSeed = deriveSeed(opts.seed, index, 'battle');
-	const record = {
+/** A battle's output record, before anything happened (key order = output order). */
+function emptyRecord(opts, index) {
+	return {
 		battle_id: `${opts.format}-${opts.seed}-${index}`,
 		format: opts.format,
-		seed: battleSeed,
+		seed: deriveSeed(opts.seed, index, 'battle'),
 		index,
 		players: {
 			p1: { name: policyLabel(opts.p1, 'p1'), policy: opts.p1 },
@@ -129,6 +128,12 @@ async function runBattle(opts, index) {
 		spectator_log: [],
 		streams: { p1: [], p2: [] },
 	};
+}
+
+async function runBattle(opts, index) {
+	const format = Dex.formats.get(opts.format);
+	const record = emptyRecord(opts, index);
+	const battleSeed = record.seed;
 
 	const streams = getPlayerStreams(new BattleStream());
 	let error = null;
@@ -139,7 +144,11 @@ async function runBattle(opts, index) {
 			ended = true;
 			process.stderr.write(`[battle ${index}] ${message}\n`);
 			// Ends the battle cleanly (emits |tie and closes every stream).
-			void streams.omniscient.write('>forcetie');
+			try {
+				void streams.omniscient.write('>forcetie');
+			} catch (err) {
+				process.stderr.write(`[battle ${index}] could not force a tie: ${err.message}\n`);
+			}
 		}
 	};
 
@@ -192,9 +201,11 @@ async function runBattle(opts, index) {
 		}
 	})();
 	const done = Promise.allSettled([setup, spectator, ...drivers]).then(results => {
-		for (const r of results) {
-			if (r.status === 'rejected') fail(`simulator error: ${r.reason && r.reason.message || r.reason}`);
-		}
+		results.forEach((r, i) => {
+			if (r.status !== 'rejected') return;
+			const what = i === 0 ? 'setup error' : 'simulator error';
+			fail(`${what}: ${r.reason && r.reason.message || r.reason}`);
+		});
 	});
 	await Promise.race([done, aborted]);
 	currentBattle = null;
@@ -322,12 +333,8 @@ async function main() {
 			record = await runBattle(opts, index);
 		} catch (err) {
 			process.stderr.write(`[battle ${index}] ${err.stack}\n`);
-			record = {
-				battle_id: `${opts.format}-${opts.seed}-${index}`, format: opts.format,
-				seed: deriveSeed(opts.seed, index, 'battle'), index, players: null,
-				winner: null, num_turns: 0, error: String(err.message || err), spectator_log: [],
-				streams: { p1: [], p2: [] },
-			};
+			record = emptyRecord(opts, index);
+			record.error = String(err.message || err);
 		}
 		await writeLine(JSON.stringify(record));
 		stats.battles++;

@@ -1,0 +1,70 @@
+"""Observation spec: exact sizes, a fixed vocabulary, unknown words counted and never clamped."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from pipelines.pokemon.observation import UNK_ID, observation_numeric, observation_words, observe, vocabulary
+from shards_schema.pokemon import OBS_NUMERIC, OBS_WORDS
+
+
+def _move(name, mtype="normal", bp=40, pp=35):
+    return {"name": name, "move_type": mtype, "category": "physical", "base_power": bp, "accuracy": 1.0,
+            "priority": 0, "current_pp": pp, "max_pp": pp}
+
+
+def _mon(name, moves, hp=1.0):
+    return {"name": name, "base_species": name, "hp_pct": hp, "types": ["normal"], "item": "leftovers",
+            "ability": "noability", "level": 100, "status": "nostatus", "effects": [], "moves": moves,
+            "atk_boost": 2, "def_boost": 0, "spa_boost": 0, "spd_boost": 0, "spe_boost": -1, "accuracy_boost": 0,
+            "evasion_boost": 0, "base_hp": 250, "base_atk": 5, "base_def": 5, "base_spa": 105, "base_spd": 105,
+            "base_spe": 50, "tera_type": "notype", "terastallized": False}
+
+
+@pytest.fixture
+def state():
+    return {
+        "player_active": _mon("chansey", [_move("softboiled"), _move("icebeam", "ice", 95, 16)], hp=0.63),
+        "opponent_active": _mon("alakazam", [_move("psychic", "psychic", 90, 16)]),
+        "available_switches": [_mon("snorlax", []), _mon("gengar", [])],
+        "player_prev_move": _move("icebeam", "ice", 95, 16), "opponent_prev_move": None,
+        "player_remaining": 6, "opponents_remaining": 5, "player_conditions": ["reflect"],
+        "opponent_conditions": [], "weather": "noweather", "battle_field": [], "forced_switch": False,
+        "can_tera": False, "opponent_teampreview": [],
+    }
+
+
+def test_sizes_and_layout(state):
+    words = observation_words(state, "gen1ou")
+    assert len(words) == OBS_WORDS
+    assert words[:3] == ["gen1ou", "noforcedswitch", "nocantera"]
+    assert words[12] == "chansey" and words[32] == "alakazam"
+    assert words[32 + 8 + 3:32 + 8 + 6] == ["unknownmove", "unknowntype", "unknowncategory"]
+    assert words[52] == "snorlax" and words[52 + 14:] == ["<blank>"] * 21
+    numeric = observation_numeric(state)
+    assert len(numeric) == OBS_NUMERIC
+    assert numeric[0] == pytest.approx(0.63) and numeric[1] == pytest.approx(2 / 6)
+    assert numeric[8] == pytest.approx(40 / 200) and numeric[42] == pytest.approx(5 / 6)
+
+
+def test_vocabulary_is_fixed():
+    vocab = vocabulary()
+    assert [vocab["<pad>"], vocab["<unk>"], vocab["<blank>"]] == [0, 1, 2]
+    assert len(set(vocab.values())) == len(vocab)
+    for word in ("chansey", "icebeam", "leftovers", "gen9randombattle", "unknownitem", "stealthrock"):
+        assert word in vocab
+
+
+def test_unknown_words_map_to_unk_and_are_counted(state):
+    text, tokens, _, unknown = observe(state, "gen1ou")
+    assert unknown == 0 and UNK_ID not in tokens
+    odd = copy.deepcopy(state)
+    odd["player_active"]["name"] = "notarealmon"
+    odd["opponent_active"]["item"] = "mysteryberryx"
+    text, tokens, _, unknown = observe(odd, "gen1ou")
+    assert unknown == 2
+    assert tokens[12] == UNK_ID and tokens[33] == UNK_ID
+    assert max(tokens) < len(vocabulary())
+    assert text.split()[12] == "notarealmon"  # the text keeps the word; only its id is <unk>

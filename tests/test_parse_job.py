@@ -1,0 +1,114 @@
+"""The parse job end to end on Ray: generated battles, Metamon files with bad inputs, byte-identical re-runs."""
+
+from __future__ import annotations
+
+import shutil
+import tarfile
+from collections import Counter
+from pathlib import Path
+
+import lz4.frame
+import pyarrow.compute as pc
+import pytest
+from conftest import shared_data
+
+from pipelines.parse_replays import ParseConfig, run
+from shards_schema.reader import open_version
+
+
+def test_generated_end_to_end(tiny_generated):
+    cfg, published, logs = tiny_generated
+    assert logs[-1] == str(published.path)
+    assert any("inputs 12 = written 12" in line for line in logs)
+    version = open_version(published.path)
+    m = version.manifest
+    assert (m.counts.inputs, m.counts.written, m.counts.trajectories) == (12, 12, 24)
+    assert m.source == "generated" and m.source_revision.startswith("pokemon-showdown@0.11.11")
+    assert m.counts.unknown_words == 0
+    table = version.table()
+    assert set(table.column("format").to_pylist()) == {"gen9randombattle", "gen1ou"}
+    rows = table.select(["trajectory_id", "turn_index", "action", "legal_mask", "done", "result", "reward"]).to_pylist()
+    by_traj: dict[str, list[dict]] = {}
+    for r in rows:
+        by_traj.setdefault(r["trajectory_id"], []).append(r)
+    assert len(by_traj) == 24
+    for traj in by_traj.values():
+        assert [r["turn_index"] for r in traj] == list(range(len(traj)))
+        assert [r["done"] for r in traj] == [False] * (len(traj) - 1) + [True]
+        assert all(r["legal_mask"][r["action"]] for r in traj if r["action"] >= 0)
+        assert sum(r["action"] >= 0 for r in traj) >= len(traj) - 5  # almost every decision is visible
+    results = Counter((tid.rsplit(":", 1)[0], t[0]["result"]) for tid, t in by_traj.items())
+    for battle in {tid.rsplit(":", 1)[0] for tid in by_traj}:
+        assert results[(battle, "win")] == 1 and results[(battle, "loss")] == 1
+    # the index points at each trajectory's rows
+    index = version.index().to_pylist()
+    assert len(index) == 24
+    some = index[5]
+    traj = version.trajectory(some["trajectory_id"])
+    assert traj.num_rows == some["num_rows"]
+    assert set(traj.column("trajectory_id").to_pylist()) == {some["trajectory_id"]}
+
+
+def test_rerun_is_byte_identical_and_never_duplicates(tiny_generated, tmp_path):
+    cfg, published, _ = tiny_generated
+    again = run(ParseConfig.tiny(source="generated", out=str(tmp_path)), log=lambda *_: None)
+    assert again.path.name == published.path.name
+    for entry in published.manifest.files + [published.manifest.index_file, published.manifest.quarantine_file]:
+        assert (again.path / entry.path).read_bytes() == (published.path / entry.path).read_bytes()
+    third = run(ParseConfig.tiny(source="generated", out=str(tmp_path)), log=lambda *_: None)
+    assert third.reused and third.path == again.path
+    assert sorted(p.name for p in (tmp_path / "pokemon_turns").iterdir()) == [again.path.name]
+
+
+def _metamon_inputs(tmp_path: Path) -> Path:
+    samples = shared_data("pokemon", "metamon_parsed")
+    root = tmp_path / "metamon_in"
+    root.mkdir()
+    files = sorted(samples.glob("*.json.lz4"))
+    for f in files[:2]:
+        shutil.copy(f, root / f.name)
+    good = files[0].read_bytes()
+    bad_name = "gen1ou-9{n}_Unrated_a b_vs_c_01-01-2024_WIN.json.lz4"
+    (root / bad_name.format(n=1)).write_bytes(b"\x04\x22\x4d\x18garbage")  # corrupt lz4 frame
+    (root / bad_name.format(n=2)).write_bytes(lz4.frame.compress(b'{"states": [1, 2'))  # invalid JSON
+    (root / bad_name.format(n=3)).write_bytes(good[: len(good) // 2])  # truncated file
+    (root / bad_name.format(n=4)).write_bytes(lz4.frame.compress(
+        lz4.frame.decompress(good).replace(b'"format": "gen1ou"', b'"format": "gen0nonsense"')))
+    (root / bad_name.format(n=5)).write_bytes(lz4.frame.compress(
+        lz4.frame.decompress(good).replace(b'"actions": [4, 1, 1,', b'"actions": [12, 1, 1,')))
+    with tarfile.open(root / "gen9ou.tar.gz", "w:gz") as tar:
+        for f in files[2:]:
+            tar.add(f, arcname=f"gen9ou/{f.name}")
+    return root
+
+
+def test_metamon_job_quarantines_and_reconciles(ray_local, tmp_path):
+    root = _metamon_inputs(tmp_path)
+    cfg = ParseConfig.tiny(source="metamon", out=str(tmp_path / "out"), input=str(root))
+    published = run(cfg, log=lambda *_: None)
+    m = open_version(published.path).manifest
+    c = m.counts
+    assert c.inputs == 9 and c.written == 4 and c.reconciles()
+    q = open_version(published.path).quarantine()
+    assert Counter(q.column("reason").to_pylist()) == {
+        "corrupt_lz4": 2, "invalid_json": 1, "unknown_format": 1, "illegal_action": 1}
+    assert c.quarantined == {"corrupt_lz4": 2, "illegal_action": 1, "invalid_json": 1, "unknown_format": 1}
+    assert "parser_bug" not in c.quarantined
+    table = open_version(published.path).table(["trajectory_id", "format"])
+    assert pc.count_distinct(table["trajectory_id"]).as_py() == 4
+    assert any("gen9ou.tar.gz::" in i for i in open_version(published.path).index().column("input_id").to_pylist())
+
+
+def test_metamon_format_filter_is_counted(ray_local, tmp_path):
+    samples = shared_data("pokemon", "metamon_parsed")
+    cfg = ParseConfig(source="metamon", input=str(samples), out=str(tmp_path), formats=["gen9ou"],
+                      shard_size_mb=0.5, progress_every_s=60)
+    m = run(cfg, log=lambda *_: None).manifest
+    assert (m.counts.inputs, m.counts.written, m.counts.filtered) == (4, 2, {"format_not_requested": 2})
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="--source"):
+        ParseConfig(source="nope", out="x")
+    with pytest.raises(ValueError, match="--input"):
+        ParseConfig(source="metamon", out="x")

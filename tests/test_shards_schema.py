@@ -1,0 +1,85 @@
+"""Declared schemas, manifest round trip, and the reader's version and integrity gates (both directions)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pyarrow as pa
+import pytest
+
+from shards_schema.manifest import Manifest
+from shards_schema.pokemon import INDEX_SCHEMA, NUM_ACTIONS, TURNS_SCHEMA
+from shards_schema.reader import ShardIntegrityError, open_version
+from shards_schema.versions import VersionMismatchError
+
+
+def test_turns_schema_declares_the_contract():
+    names = TURNS_SCHEMA.names
+    for col in ("trajectory_id", "battle_id", "format", "player_side", "turn_index", "state", "obs_text",
+                "obs_tokens", "obs_numeric", "action", "legal_mask", "reward", "done", "result", "rating"):
+        assert col in names
+    assert TURNS_SCHEMA.field("legal_mask").type.list_size == NUM_ACTIONS
+    assert TURNS_SCHEMA.field("rating").nullable and not TURNS_SCHEMA.field("action").nullable
+    state = TURNS_SCHEMA.field("state").type
+    active = state.field("player_active").type
+    assert {"hp_pct", "status", "types", "item", "ability", "moves", "atk_boost"} <= set(active.names)
+    assert TURNS_SCHEMA.field("trajectory_id").metadata[b"doc"]
+    assert INDEX_SCHEMA.names[:3] == ["trajectory_id", "battle_id", "format"]
+
+
+def test_schema_refuses_wrong_types():
+    with pytest.raises((pa.ArrowInvalid, pa.ArrowTypeError, TypeError, KeyError)):
+        pa.Table.from_pylist([{"trajectory_id": 5}], schema=TURNS_SCHEMA)
+
+
+def _rewrite_manifest(path, **changes):
+    manifest = Manifest.load(path)
+    (path / "manifest.json").write_text(dataclasses.replace(manifest, **changes).to_json())
+
+
+@pytest.fixture
+def version_copy(tiny_generated, tmp_path):
+    import shutil
+
+    _, published, _ = tiny_generated
+    dest = tmp_path / published.path.name
+    shutil.copytree(published.path, dest)
+    return dest
+
+
+def test_open_version_verifies(version_copy):
+    version = open_version(version_copy)
+    assert version.manifest.counts.reconciles()
+    assert version.table().num_rows == version.manifest.counts.rows
+
+
+@pytest.mark.parametrize("field,value,expect", [
+    ("schema_version", "2.0.0", "upgrade replayforge"),
+    ("schema_version", "0.9.0", "parse_replays.py"),
+    ("parser_version", "0.1.0", "parse_replays.py"),
+    ("observation_version", "0.3.0", "refeaturize.py"),
+    ("observation_version", "7.0.0", "upgrade replayforge"),
+])
+def test_version_gating_both_ways(version_copy, field, value, expect):
+    _rewrite_manifest(version_copy, **{field: value})
+    with pytest.raises(VersionMismatchError, match=expect):
+        open_version(version_copy)
+
+
+def test_minor_version_difference_is_accepted(version_copy):
+    _rewrite_manifest(version_copy, schema_version="1.7.0", observation_version="1.2.3")
+    open_version(version_copy)
+
+
+def test_tampered_file_is_refused(version_copy):
+    manifest = json.loads((version_copy / "manifest.json").read_text())
+    part = version_copy / manifest["files"][0]["path"]
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    part.write_bytes(bytes(data))
+    with pytest.raises(ShardIntegrityError, match="sha256"):
+        open_version(version_copy)
+    part.unlink()
+    with pytest.raises(ShardIntegrityError, match="missing"):
+        open_version(version_copy)
