@@ -159,7 +159,10 @@ def pov_trajectory(record: dict, side_id: str, dex: Dex) -> list[dict]:
                 turns.pop()
             decision = _Decision(tracker, side_id, req, event.get("choice"))
             unanswered = event.get("choice") is None
-            steps.append(decision.render_state_and_mask() + (decision,))
+            try:
+                steps.append(decision.render_state_and_mask() + (decision,))
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+                raise InvalidRecordError(f"{side_id}: malformed request: {type(err).__name__}: {err}") from err
             turns.append(tracker.turn)
         elif kind == "update":
             if unanswered:
@@ -168,7 +171,10 @@ def pov_trajectory(record: dict, side_id: str, dex: Dex) -> list[dict]:
                 tracker.apply(line)
     if unanswered:
         raise InvalidRecordError(f"{side_id}: the last decision request has no recorded choice")
-    steps = [(state, decision.action(), mask) for state, mask, decision in steps]
+    try:
+        steps = [(state, decision.action(), mask) for state, mask, decision in steps]
+    except (ValueError, IndexError) as err:
+        raise InvalidRecordError(f"{side_id}: malformed recorded choice: {err}") from err
     if not tracker.ended:
         raise TruncatedBattleError(f"{record.get('battle_id')}: {side_id}'s stream ends before the battle does")
     foe_id = "p2" if side_id == "p1" else "p1"

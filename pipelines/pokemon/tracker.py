@@ -158,8 +158,8 @@ class BattleTracker:
         if handler is not None:
             try:
                 handler(parts)
-            except IndexError as err:
-                raise ProtocolError(f"truncated {kind!r} line: {line!r}") from err
+            except (IndexError, ValueError, KeyError) as err:  # missing or malformed fields
+                raise ProtocolError(f"malformed {kind!r} line {line!r}: {type(err).__name__}: {err}") from err
         elif kind in _IGNORED or kind == "" or kind.startswith("-"):
             return
         # other unknown messages carry no state the tracker models (they are counted by callers if wanted)

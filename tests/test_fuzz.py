@@ -1,0 +1,117 @@
+"""Fuzzed inputs: mutated bytes, truncations and garbled protocol lines never crash and always reconcile."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+
+import lz4.frame
+import pytest
+from conftest import shared_data
+
+from pipelines.errors import InputError
+from pipelines.parse_replays import ParseConfig, ParseInputs, run
+from pipelines.pokemon.dex import known_formats, load_dex
+from pipelines.sources import generated, metamon
+
+DEXES = {g: load_dex(g) for g in range(1, 10)}
+
+
+def _outcome(fn, *args):
+    """'ok', 'filtered' or the InputError reason; anything else propagates and fails the test."""
+    try:
+        rows, reason = fn(*args)
+    except InputError as err:
+        return err.reason
+    return "filtered" if reason else "ok"
+
+
+def _mutations(data: bytes, rng: random.Random, n: int):
+    for _ in range(n):
+        buf = bytearray(data)
+        kind = rng.randrange(3)
+        if kind == 0:  # flip bytes
+            for _ in range(rng.randint(1, 8)):
+                buf[rng.randrange(len(buf))] = rng.randrange(256)
+        elif kind == 1:  # truncate
+            del buf[rng.randrange(1, len(buf)):]
+        else:  # splice a chunk elsewhere
+            a, b = sorted(rng.sample(range(len(buf)), 2))
+            buf[rng.randrange(len(buf)):rng.randrange(len(buf))] = buf[a:b]
+        yield bytes(buf)
+
+
+def test_metamon_fuzz():
+    sample = next(iter(sorted(shared_data("pokemon", "metamon_parsed").glob("*gen1ou*WIN*"))))
+    raw = sample.read_bytes()
+    text = lz4.frame.decompress(raw)
+    rng = random.Random(0)
+    outcomes = []
+    for mutated in _mutations(raw, rng, 150):
+        outcomes.append(_outcome(metamon.parse, sample.name, mutated, None, known_formats()))
+    for mutated in _mutations(text, rng, 150):  # valid lz4 around damaged JSON
+        outcomes.append(_outcome(metamon.parse, sample.name, lz4.frame.compress(mutated), None, known_formats()))
+    assert "corrupt_lz4" in outcomes and "invalid_json" in outcomes
+
+
+def _garble(line: str, rng: random.Random) -> str:
+    parts = line.split("|")
+    kind = rng.randrange(5)
+    if kind == 0 and len(parts) > 2:
+        del parts[rng.randrange(2, len(parts))]
+    elif kind == 1:
+        parts.insert(rng.randrange(1, len(parts) + 1), rng.choice(["", "p3a: Ghost", "999/0", "nonsense", "L"]))
+    elif kind == 2:
+        return line[: rng.randrange(len(line) + 1)]
+    elif kind == 3:
+        return f"|{rng.choice(['-unknownmsg', 'bigerror', 'raw', 'c'])}|{rng.random()}"
+    else:
+        parts = [p[::-1] if rng.random() < 0.3 else p for p in parts]
+    return "|".join(parts)
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is needed to run the simulator")
+def test_generated_protocol_fuzz():
+    chunk = generated.chunks(["gen9randombattle"], 3, 5, "random", "random", 3)[0]
+    records = [json.loads(p) for _, p in generated.generate(chunk)]
+    rng = random.Random(1)
+    outcomes = []
+    for i in range(150):
+        record = json.loads(json.dumps(records[i % len(records)]))
+        for side in ("p1", "p2"):
+            for event in record["streams"][side]:
+                if event["kind"] == "update":
+                    event["lines"] = [_garble(x, rng) if rng.random() < 0.002 else x for x in event["lines"]]
+        outcomes.append(_outcome(generated.parse, record["battle_id"], json.dumps(record).encode(), DEXES, None))
+    assert "protocol_error" in outcomes and "ok" in outcomes
+
+
+def test_fuzzed_inputs_through_the_job_reconcile(ray_local, tmp_path):
+    sample = sorted(shared_data("pokemon", "metamon_parsed").glob("*.json.lz4"))[0]
+    root = tmp_path / "in"
+    root.mkdir()
+    rng = random.Random(2)
+    for i, mutated in enumerate(_mutations(sample.read_bytes(), rng, 24)):
+        (root / sample.name.replace("smogtours-gen1ou-733374", f"fuzz-gen1ou-{i}")).write_bytes(mutated)
+    shutil.copy(sample, root / sample.name)
+    published = run(ParseConfig.tiny(source="metamon", input=str(root), out=str(tmp_path / "out")),
+                    log=lambda *_: None)
+    counts = published.manifest.counts
+    assert counts.inputs == 25 and counts.reconciles() and counts.written >= 1
+    assert "parser_bug" not in counts.quarantined
+
+
+def test_unexpected_exceptions_are_recorded_not_fatal(monkeypatch):
+    """A parser bug on one input becomes a loud quarantine record, never a crashed job."""
+    import pyarrow as pa
+
+    actor = ParseInputs(source="metamon", formats=[])
+
+    def broken(*_):
+        raise ZeroDivisionError("bug")
+
+    monkeypatch.setattr(actor, "_parse_one", broken)
+    out = actor(pa.table({"input_id": ["x"], "payload": [b"1"], "read_error": [None]})).to_pylist()
+    assert out[0]["status"] == "quarantined" and out[0]["reason"] == "parser_bug"
+    assert "ZeroDivisionError" in out[0]["message"]

@@ -1,0 +1,34 @@
+"""Re-featurizing stored state into the current observation spec needs no re-parse."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import pytest
+
+from pipelines.refeaturize import RefeaturizeConfig, run
+from shards_schema.manifest import Manifest
+from shards_schema.reader import open_version
+from shards_schema.versions import POKEMON_TURNS, VersionMismatchError
+
+
+def test_old_observation_version_is_refeaturized(tiny_generated, tmp_path):
+    _, published, _ = tiny_generated
+    old = tmp_path / "old" / "pokemon_turns" / published.path.name
+    shutil.copytree(published.path, old)
+    manifest = Manifest.load(old)
+    (old / "manifest.json").write_text(dataclasses.replace(manifest, observation_version="0.4.0").to_json())
+    with pytest.raises(VersionMismatchError, match="refeaturize.py"):
+        open_version(old)
+    logs: list[str] = []
+    new = run(RefeaturizeConfig.tiny(input=str(old), out=str(tmp_path / "new")), log=logs.append)
+    assert logs[-1] == str(new.path)
+    reopened = open_version(new.path)
+    assert reopened.manifest.observation_version == POKEMON_TURNS.observation
+    assert reopened.manifest.counts.rows == manifest.counts.rows
+    assert reopened.manifest.counts.inputs == manifest.counts.inputs
+    before, after = open_version(published.path).table(), reopened.table()
+    for column in ("trajectory_id", "state", "action", "obs_tokens", "obs_numeric", "obs_text"):
+        assert after.column(column).equals(before.column(column)), column
+    assert reopened.index().num_rows == open_version(published.path).index().num_rows
