@@ -60,6 +60,11 @@ class ShardVersion:
             return schema.empty_table() if columns is None else schema.empty_table().select(columns)
         return pa.concat_tables(tables)
 
+    def iter_batches(self, columns: list[str], batch_size: int = 4096):
+        """Stream record batches of some columns over all shards in order, in bounded memory."""
+        for path in self.files:
+            yield from pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=columns)
+
     def index(self) -> pa.Table:
         return pq.read_table(self.path / self.manifest.index_file.path)
 

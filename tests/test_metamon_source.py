@@ -71,3 +71,11 @@ def test_bad_inputs_raise_typed_errors(known_formats):
         metamon.parse(GEN1_WIN, lz4.frame.compress(b'{"states": [], "actions": []}'), None, known_formats)
     with pytest.raises(InvalidRecordError):
         metamon.parse("badname.json.lz4", lz4.frame.compress(b"{}"), None, known_formats)
+
+
+def test_universal_state_round_trip(known_formats):
+    rows, _ = _parse(GEN9_LOSS, known_formats)
+    for row in rows:
+        state = row["state"]
+        back = metamon.universal_state(metamon.to_universal_state(state, row["format"]))
+        assert back == state

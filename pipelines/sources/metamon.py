@@ -164,6 +164,45 @@ def universal_state(raw: dict) -> dict:
     }
 
 
+def _universal_move(move: dict | None) -> dict:
+    if move is None:
+        return {"name": "nomove", "move_type": "nomove", "category": "nomove", "base_power": 0, "accuracy": 1.0,
+                "priority": 0, "current_pp": 0, "max_pp": 0}
+    return dict(move)
+
+
+def _universal_mon(mon: dict | None) -> dict | None:
+    if mon is None:
+        return None
+    types = (mon["types"] + ["notype"])[:2]
+    out = {k: v for k, v in mon.items() if k not in ("types", "effects", "moves", "level", "terastallized")}
+    return {**out, "types": " ".join(types), "lvl": mon["level"],
+            "effect": mon["effects"][0] if mon["effects"] else "noeffect",
+            "moves": [_universal_move(m) for m in mon["moves"]]}
+
+
+def to_universal_state(state: dict, format_id: str, *, won: bool = False, lost: bool = False) -> dict:
+    """Our BattleState dict → Metamon's UniversalState dict (the inverse of ``universal_state`` where Metamon has a
+    field; it has one effect slot and no terastallized flag). Used to write Metamon-format files."""
+    return {
+        "format": format_id, "player_active_pokemon": _universal_mon(state["player_active"]),
+        "opponent_active_pokemon": _universal_mon(state["opponent_active"]),
+        "available_switches": [_universal_mon(m) for m in state["available_switches"]],
+        "player_prev_move": _universal_move(state["player_prev_move"]),
+        "opponent_prev_move": _universal_move(state["opponent_prev_move"]),
+        "opponents_remaining": state["opponents_remaining"],
+        "player_conditions": " ".join(state["player_conditions"]) or "noconditions",
+        "opponent_conditions": " ".join(state["opponent_conditions"]) or "noconditions",
+        "weather": state["weather"], "battle_field": " ".join(state["battle_field"]) or "nofield",
+        "forced_switch": state["forced_switch"], "battle_won": won, "battle_lost": lost,
+        "can_tera": state["can_tera"], "opponent_teampreview": state["opponent_teampreview"],
+    }
+
+
+def file_name(battle_id: str, rating: int | None, player: str, opponent: str, date: str, won: bool) -> str:
+    return f"{battle_id}_{rating or 'Unrated'}_{player}_vs_{opponent}_{date}_{'WIN' if won else 'LOSS'}.json.lz4"
+
+
 def decode(payload: bytes) -> dict:
     try:
         text = lz4.frame.decompress(payload)
