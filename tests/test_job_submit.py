@@ -4,6 +4,7 @@ by PID, on its own ports and temp dir)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -70,6 +71,7 @@ def ray_head():
     except subprocess.TimeoutExpired:
         os.killpg(head.pid, signal.SIGKILL)
     log.close()
+    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def test_ray_job_submit(ray_head, tmp_path):

@@ -79,3 +79,15 @@ def test_universal_state_round_trip(known_formats):
         state = row["state"]
         back = metamon.universal_state(metamon.to_universal_state(state, row["format"]))
         assert back == state
+
+
+def test_download_asks_only_for_requested_formats_at_the_pinned_revision(monkeypatch, tmp_path):
+    """The hub call itself needs the network; what we own is which files at which revision we ask for."""
+    import huggingface_hub
+
+    calls = []
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda **kw: calls.append(kw))
+    metamon.download(["gen1ou", "gen9ou"], tmp_path, revision="v1")
+    assert [(c["repo_id"], c["repo_type"], c["filename"], c["revision"]) for c in calls] == [
+        (metamon.HUB_REPO, "dataset", "gen1ou.tar.gz", "v1"), (metamon.HUB_REPO, "dataset", "gen9ou.tar.gz", "v1")]
+    assert all(c["local_dir"] == str(tmp_path) for c in calls)
