@@ -204,9 +204,10 @@ class BattleTracker:
         """Reveal items and abilities named by ``[from] item: X`` / ``[from] ability: X`` (``[of]`` names whose)."""
         kw = self._kwargs(parts)
         source = kw.get("from", "")
+        # ``[of]`` names the holder when it is not the Pokémon the line is about (Rocky Helmet, Rough Skin).
         owner = self._mon(kw["of"]) if kw.get("of") else mon
         if source.startswith("item: "):
-            mon.item = to_id(source[6:])
+            owner.item = to_id(source[6:])
         elif source.startswith("ability: "):
             owner.ability = to_id(source[9:])
 
@@ -267,6 +268,8 @@ class BattleTracker:
 
     def _move(self, parts):
         mon = self._mon(parts[2])
+        if mon.status == "fnt":
+            raise ProtocolError(f"impossible state: {parts[2]} uses {parts[3]} while fainted")
         move_id = to_id(parts[3])
         side = self._side_of(parts[2])
         kw = self._kwargs(parts[5:]) if len(parts) > 5 else {}

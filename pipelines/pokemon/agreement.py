@@ -1,0 +1,99 @@
+"""Check spectator reconstruction against ground truth: the first-person trajectories of simulator battles.
+
+For a generated battle the players' own streams give exact states and chosen actions; the spectator log of the same
+battle goes through ``spectator_trajectories``. This module aligns the two decision sequences and counts, per
+field, how often they agree. Actions are compared by meaning (which move, which switch target, terastallized or
+not), since the reconstruction orders move slots by first reveal and the simulator by the real moveset.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from shards_schema.pokemon import NUM_MOVES, NUM_SWITCHES
+
+HP_TOLERANCE = 0.011
+"""Spectators see HP in whole percent; the player's own stream has exact HP."""
+
+
+def action_meaning(state: dict, action: int) -> tuple | None:
+    """``("move", id, tera)``, ``("switch", species)`` or None when not visible."""
+    if action < 0:
+        return None
+    if action < NUM_MOVES or action >= NUM_MOVES + NUM_SWITCHES:
+        slot = action % (NUM_MOVES + NUM_SWITCHES) if action >= NUM_MOVES + NUM_SWITCHES else action
+        moves = state["player_active"]["moves"]
+        return ("move", moves[slot]["name"] if slot < len(moves) else "?", action >= NUM_MOVES + NUM_SWITCHES)
+    switches = state["available_switches"]
+    k = action - NUM_MOVES
+    return ("switch", switches[k]["name"] if k < len(switches) else "?")
+
+
+def _mon_fields(prefix: str, truth: dict | None, recon: dict | None, out: dict[str, bool]) -> None:
+    if truth is None or recon is None:
+        out[f"{prefix}.present"] = (truth is None) == (recon is None)
+        return
+    out[f"{prefix}.species"] = truth["name"] == recon["name"]
+    out[f"{prefix}.hp"] = abs(truth["hp_pct"] - recon["hp_pct"]) <= HP_TOLERANCE
+    out[f"{prefix}.status"] = truth["status"] == recon["status"]
+    out[f"{prefix}.boosts"] = all(truth[k] == recon[k] for k in truth if k.endswith("_boost"))
+
+
+@dataclass
+class Agreement:
+    """Counts of agreeing and compared values per field, over many battles."""
+
+    agree: Counter = field(default_factory=Counter)
+    total: Counter = field(default_factory=Counter)
+    trajectories: int = 0
+    aligned_trajectories: int = 0
+
+    def add(self, truth_rows: list[dict], recon_rows: list[dict]) -> None:
+        self.trajectories += 1
+        if [r["state"]["forced_switch"] for r in truth_rows] != [r["state"]["forced_switch"] for r in recon_rows]:
+            self.total["decision_alignment"] += 1
+            return
+        self.aligned_trajectories += 1
+        self.total["decision_alignment"] += 1
+        self.agree["decision_alignment"] += 1
+        for t, r in zip(truth_rows, recon_rows, strict=True):
+            fields: dict[str, bool] = {}
+            truth_action = action_meaning(t["state"], t["action"])
+            recon_action = action_meaning(r["state"], r["action"])
+            if recon_action is not None:
+                fields["action.visible_identical"] = recon_action == truth_action
+            if truth_action is not None:
+                fields["action.coverage"] = recon_action is not None
+            ts, rs = t["state"], r["state"]
+            _mon_fields("player_active", ts["player_active"], rs["player_active"], fields)
+            _mon_fields("opponent_active", ts["opponent_active"], rs["opponent_active"], fields)
+            if ts["opponent_active"] and rs["opponent_active"]:
+                fields["opponent_active.revealed_moves"] = (
+                    sorted(m["name"] for m in ts["opponent_active"]["moves"])
+                    == sorted(m["name"] for m in rs["opponent_active"]["moves"]))
+                fields["opponent_active.item"] = ts["opponent_active"]["item"] == rs["opponent_active"]["item"]
+            if ts["player_active"] and rs["player_active"]:
+                truth_moves = {m["name"] for m in ts["player_active"]["moves"]}
+                fields["player_active.known_moves_subset"] = {m["name"] for m in rs["player_active"]["moves"]} <= (
+                    truth_moves)
+            truth_bench = sorted(m["name"] for m in ts["available_switches"])
+            recon_bench = sorted(m["name"] for m in rs["available_switches"])
+            # a spectator cannot know benched Pokémon the log never shows: known ones must be right
+            fields["switches.known_subset"] = set(recon_bench) <= set(truth_bench)
+            fields["switches.all_known"] = recon_bench == truth_bench
+            fields["weather"] = ts["weather"] == rs["weather"]
+            fields["conditions"] = (ts["player_conditions"], ts["opponent_conditions"]) == (
+                rs["player_conditions"], rs["opponent_conditions"])
+            for name, ok in fields.items():
+                self.total[name] += 1
+                self.agree[name] += ok
+
+    def rate(self, name: str) -> float:
+        return self.agree[name] / self.total[name] if self.total[name] else float("nan")
+
+    def report(self) -> str:
+        lines = [f"{'field':40s} {'agree':>9s} {'of':>9s} {'rate':>8s}"]
+        for name in sorted(self.total):
+            lines.append(f"{name:40s} {self.agree[name]:9d} {self.total[name]:9d} {self.rate(name):8.2%}")
+        return "\n".join(lines)

@@ -1,0 +1,287 @@
+"""First-person trajectories reconstructed from a spectator log (public replays: neither side's private view).
+
+For each player, at each decision point, the state holds what that player could know:
+- its own team as the whole log reveals it (a player knows its own moves, item, ability and tera type from the
+  start, so a move first shown on turn 20 was known on turn 1); what the log never shows stays explicitly
+  unknown (``unknownmove`` slots are absent, ``unknownitem``...) and nothing is guessed from usage statistics;
+- the opponent as revealed so far, exactly as a spectator (or the player) saw it.
+
+Decision points and the action at each:
+- every ``|turn|`` starts a decision for each side with an active Pokémon; its action is the side's first visible
+  act in that turn: a move (slot in the own move list, +9 when terastallized first), a switch (index in the
+  available switches) or -1 when nothing shows what was chosen (``|cant|``, fainted first, Struggle, recharge);
+- a ``|switch|`` after the side's active fainted, or mid-turn after it already acted (U-turn, Eject Button,
+  Emergency Exit), is a forced-switch decision whose action is that switch; ``|drag|`` is not a decision.
+The legal mask is derived from the state (``legal_mask_exact`` false).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipelines.errors import ProtocolError, TruncatedBattleError
+from pipelines.pokemon.dex import Dex, UnknownDexEntry, to_id
+from pipelines.pokemon.tracker import BattleTracker, Mon, Side, _details, _ident
+from pipelines.pokemon.trajectory import TrajectoryMeta, build_rows, derived_mask
+from shards_schema.pokemon import NUM_MOVES, NUM_SWITCHES
+
+_TERA_OFFSET = NUM_MOVES + NUM_SWITCHES
+_NOT_OWN_CALLERS = ("metronome", "copycat", "assist", "mefirst", "mirrormove", "naturepower", "sketch")
+_FORCED_ONLY = ("struggle", "recharge")
+
+
+@dataclass
+class Known:
+    """What the whole log reveals about one Pokémon, as its own player knew it from the start."""
+
+    species: str
+    moves: list[str] = field(default_factory=list)
+    item: str | None = None
+    ability: str | None = None
+    tera_type: str | None = None
+
+
+def hindsight(lines: list[str]) -> tuple[dict[str, dict[str, Known]], dict[str, list[str]]]:
+    """(side -> nickname -> Known, side -> team order) from one pass over the log."""
+    known: dict[str, dict[str, Known]] = {"p1": {}, "p2": {}}
+    order: dict[str, list[str]] = {"p1": [], "p2": []}
+    transformed: set[tuple[str, str]] = set()
+    for line in lines:
+        if not line.startswith("|"):
+            continue
+        parts = line.split("|")
+        kind = parts[1] if len(parts) > 1 else ""
+        try:
+            if kind in ("switch", "drag", "replace"):
+                side, nick = _ident(parts[2])
+                if nick not in known[side]:
+                    known[side][nick] = Known(species=_details(parts[3])[0])
+                    order[side].append(nick)
+                transformed.discard((side, nick))
+            elif kind == "move":
+                side, nick = _ident(parts[2])
+                k = known[side].get(nick)
+                move = to_id(parts[3])
+                source = next((p[7:].strip() for p in parts[5:] if p.startswith("[from]")), "")
+                caller = to_id(source[5:]) if source.startswith("move:") else ""
+                if k is None or (side, nick) in transformed or move in _FORCED_ONLY or caller in _NOT_OWN_CALLERS:
+                    continue
+                if move not in k.moves:
+                    k.moves.append(move)
+            elif kind == "-transform":
+                transformed.add(_ident(parts[2]))
+            elif kind == "-terastallize":
+                side, nick = _ident(parts[2])
+                if nick in known[side]:
+                    known[side][nick].tera_type = to_id(parts[3])
+            elif kind in ("-item", "-enditem"):
+                side, nick = _ident(parts[2])
+                k = known[side].get(nick)
+                traded = any(p.startswith("[from] move:") for p in parts[4:])
+                if k is not None and k.item is None:
+                    k.item = "unknownitem" if kind == "-item" and traded else to_id(parts[3])
+            elif kind == "-ability":
+                side, nick = _ident(parts[2])
+                k = known[side].get(nick)
+                if k is not None and k.ability is None and not any("[from]" in p for p in parts[4:]):
+                    k.ability = to_id(parts[3])
+            for p in parts[3:]:
+                if p.startswith("[from] item: ") or p.startswith("[from] ability: "):
+                    of = next((q[5:].strip() for q in parts if q.startswith("[of] ")), parts[2])
+                    side, nick = _ident(of)
+                    k = known[side].get(nick)
+                    if k is None:
+                        continue
+                    if p.startswith("[from] item: ") and k.item is None:
+                        k.item = to_id(p[13:])
+                    elif p.startswith("[from] ability: ") and k.ability is None:
+                        k.ability = to_id(p[16:])
+        except (IndexError, ValueError, ProtocolError):
+            continue  # the main pass raises the typed error for malformed lines
+    return known, order
+
+
+class SpectatorParser:
+    """Walks one spectator log and builds both players' decision sequences."""
+
+    def __init__(self, dex: Dex, format_id: str, lines: list[str]):
+        self.tracker = BattleTracker(dex, format_id)
+        self.lines = lines
+        self.known, self.order = hindsight(lines)
+        self.tera_allowed = dex.gen >= 9
+        self.steps: dict[str, list[tuple[dict, int, list[bool]]]] = {"p1": [], "p2": []}
+        self.turns: dict[str, list[int]] = {"p1": [], "p2": []}
+        self.pending: dict[str, int | None] = {"p1": None, "p2": None}  # step index awaiting its turn action
+        self.tera_next = {"p1": False, "p2": False}
+        self.used_tera = {"p1": False, "p2": False}
+        self.moved_this_turn = False
+
+    # ------------------------------------------------------------------ rendering
+    def _own(self, side: Side, nick: str, mon: Mon | None) -> dict:
+        """A Pokémon of the watching player's own team: the tracked state plus what the whole log reveals.
+        The tracker's Mon is shared by both points of view, so hindsight goes into the rendered copy only."""
+        tracker = self.tracker
+        k = self.known[side.side_id][nick]
+        if mon is None:
+            mon = Mon(nick, k.species, 100, tracker.gen)
+        try:
+            moves = [tracker.move_state(m, used=mon.moves.get(m, 0)) for m in k.moves[:NUM_MOVES]]
+        except UnknownDexEntry as err:
+            raise ProtocolError(str(err)) from err
+        out = tracker.mon_state(mon, moves)
+        if k.item is not None and out["item"] == "unknownitem":
+            out["item"] = k.item
+        if k.ability is not None and out["ability"] == "unknownability":
+            out["ability"] = k.ability
+        if k.tera_type is not None and out["tera_type"] == "unknowntype":
+            out["tera_type"] = k.tera_type
+        return out
+
+    def _bench(self, side: Side) -> list[str]:
+        """Nicknames of the side's known, unfainted, benched Pokémon in team order."""
+        active = side.active.name if side.active else None
+        out = []
+        for nick in self.order[side.side_id]:
+            mon = side.mons.get(nick)
+            if nick != active and not (mon is not None and mon.status == "fnt"):
+                out.append(nick)
+        return out[:NUM_SWITCHES]
+
+    def _render(self, side_id: str, forced: bool) -> tuple[dict, list[str]]:
+        tracker = self.tracker
+        side = tracker.sides[side_id]
+        foe = tracker.sides["p2" if side_id == "p1" else "p1"]
+        bench = self._bench(side)
+        player_active = self._own(side, side.active.name, side.active) if side.active else None
+        known_fainted = sum(1 for m in side.mons.values() if m.status == "fnt")
+        state = {
+            "player_active": player_active,
+            "opponent_active": tracker.mon_state(foe.active) if foe.active is not None else None,
+            "available_switches": [self._own(side, nick, side.mons.get(nick)) for nick in bench],
+            "player_prev_move": tracker.prev_move_state(side), "opponent_prev_move": tracker.prev_move_state(foe),
+            "player_remaining": side.team_size - known_fainted,
+            "opponents_remaining": foe.team_size - foe.fainted,
+            "player_conditions": tracker.conditions(side), "opponent_conditions": tracker.conditions(foe),
+            **tracker.field_state(), "forced_switch": forced,
+            "can_tera": self.tera_allowed and not forced and not self.used_tera[side_id],
+            "opponent_teampreview": list(foe.teampreview),
+        }
+        return state, bench
+
+    def _decide(self, side_id: str, forced: bool) -> int:
+        state, bench = self._render(side_id, forced)
+        self.steps[side_id].append((state, -1, derived_mask(state)))
+        self.turns[side_id].append(self.tracker.turn)
+        self._benches = getattr(self, "_benches", {"p1": [], "p2": []})
+        self._benches[side_id].append(bench)
+        return len(self.steps[side_id]) - 1
+
+    def _set_action(self, side_id: str, index: int, action: int) -> None:
+        state, _, mask = self.steps[side_id][index]
+        self.steps[side_id][index] = (state, action, mask)
+
+    def _move_action(self, side_id: str, move_id: str) -> int:
+        side = self.tracker.sides[side_id]
+        if side.active is None or move_id in _FORCED_ONLY:
+            return -1
+        moves = self.known[side_id][side.active.name].moves[:NUM_MOVES]
+        if move_id not in moves:
+            return -1  # a move not from its own set (Transform, Mimic): not one of the 13 choices
+        slot = moves.index(move_id)
+        return _TERA_OFFSET + slot if self.tera_next[side_id] else slot
+
+    # ------------------------------------------------------------------ the walk
+    def run(self) -> None:
+        tracker = self.tracker
+        started = False
+        for line in self.lines:
+            if not line.startswith("|"):
+                continue
+            parts = line.split("|")
+            kind = parts[1] if len(parts) > 1 else ""
+            if kind == "turn":
+                started = True  # switch-ins before turn 1 are leads, not decisions
+                self._close_turn()
+                tracker.apply(line)
+                self.moved_this_turn = False
+                for side_id in ("p1", "p2"):
+                    active = tracker.sides[side_id].active
+                    if active is not None and active.status != "fnt":
+                        self.pending[side_id] = self._decide(side_id, forced=False)
+                continue
+            if started and kind == "switch":
+                self._on_switch(parts)
+            elif kind == "move" and len(parts) > 3:
+                side_id = parts[2][:2]
+                called = any(p.startswith("[from]") and "lockedmove" not in p for p in parts[5:])
+                if self.pending.get(side_id) is not None and not called:
+                    self._set_action(side_id, self.pending[side_id], self._move_action(side_id, to_id(parts[3])))
+                    self.pending[side_id] = None
+                if to_id(parts[3]) != "pursuit":
+                    self.moved_this_turn = True
+            elif kind == "cant" and len(parts) > 2:
+                self.pending[parts[2][:2]] = None  # chose something we cannot see: stays -1
+            elif kind == "-terastallize" and len(parts) > 2:
+                self.tera_next[parts[2][:2]] = True
+                self.used_tera[parts[2][:2]] = True
+            tracker.apply(line)
+            if kind == "move" and len(parts) > 2:
+                self.tera_next[parts[2][:2]] = False
+        self._close_turn()
+        if not tracker.ended:
+            raise TruncatedBattleError("the log ends before the battle does (no |win| or |tie|)")
+
+    def _close_turn(self) -> None:
+        self.pending = {"p1": None, "p2": None}
+        self.tera_next = {"p1": False, "p2": False}  # a tera followed by |cant| never reached a move
+
+    def _on_switch(self, parts: list[str]) -> None:
+        side_id, nick = _ident(parts[2])
+        side = self.tracker.sides[side_id]
+        active_fainted = side.active is not None and side.active.status == "fnt"
+        marked = any(p.startswith("[from]") for p in parts[5:])
+        index = self.pending[side_id]
+        if index is not None and not active_fainted and not marked and not self.moved_this_turn:
+            bench = self._benches[side_id][index]
+            self._set_action(side_id, index, 4 + bench.index(nick) if nick in bench else -1)
+            self.pending[side_id] = None
+            return
+        if self.pending[side_id] is not None:
+            self.pending[side_id] = None  # fainted or pivoted before its turn action showed
+        index = self._decide(side_id, forced=True)
+        bench = self._benches[side_id][index]
+        self._set_action(side_id, index, 4 + bench.index(nick) if nick in bench else -1)
+
+
+def spectator_trajectories(lines: list[str], dex: Dex, *, format_id: str, battle_id: str,
+                           rating: int | None = None, names: dict[str, str] | None = None) -> list[dict]:
+    """Rows of both players' reconstructed trajectories (p1 then p2)."""
+    parser = SpectatorParser(dex, format_id, lines)
+    parser.run()
+    tracker = parser.tracker
+    rows: list[dict] = []
+    names = dict(names or {})
+    for side_id in ("p1", "p2"):
+        names.setdefault(side_id, tracker.sides[side_id].player_name)
+    for side_id, foe_id in (("p1", "p2"), ("p2", "p1")):
+        steps, turns = parser.steps[side_id], parser.turns[side_id]
+        if not steps:
+            continue
+        final_state, _ = parser._render(side_id, forced=False)
+        final_state["can_tera"] = False
+        steps = steps + [(final_state, -1, [False] * len(steps[0][2]))]
+        turns = turns + [tracker.turn]
+        winner = tracker.winner
+        if winner == "":
+            result = "tie"
+        elif winner == tracker.sides[side_id].player_name:
+            result = "win"
+        elif winner == tracker.sides[foe_id].player_name:
+            result = "loss"
+        else:
+            raise ProtocolError(f"|win| names {winner!r}, who is not a player")
+        meta = TrajectoryMeta(battle_id=battle_id, format=format_id, player_side=side_id,
+                              player_name=names.get(side_id), opponent_name=names.get(foe_id), result=result,
+                              rating=rating)
+        rows += build_rows(meta, steps, mask_exact=False, battle_turns=turns)
+    return rows
