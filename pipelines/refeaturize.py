@@ -83,7 +83,7 @@ def run(cfg: RefeaturizeConfig, *, log=print):
                 with pa.ipc.new_stream(sink, TURNS_SCHEMA) as ipc:
                     ipc.write_table(part)
                 writer.add_result({"input_id": input_id, "input_sha256": None, "status": "written",
-                                   "turns_ipc": sink.getvalue().to_pybytes()})
+                                   "num_rows": part.num_rows, "turns_ipc": sink.getvalue().to_pybytes()})
         for row in quarantine:
             writer.add_result({**row, "status": row["kind"]})
         config = {**m.config, "refeaturized_from": f"{m.dataset}/{m.version}"}

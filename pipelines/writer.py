@@ -80,6 +80,10 @@ class ShardWriter:
     _index: list[dict] = field(init=False, default_factory=list)
     _quarantine: list[dict] = field(init=False, default_factory=list)
     _inputs_digest: hashlib._Hash = field(init=False, default_factory=hashlib.sha256)
+    _batch: pa.Table | None = field(init=False, default=None)
+    _batch_offset: int = field(init=False, default=0)
+    _seen: set = field(init=False, default_factory=set)
+    """8-byte digests of dedupe keys written so far (about 70 bytes each: 4M battles ≈ 300 MB)."""
     inputs: int = field(init=False, default=0)
     written: int = field(init=False, default=0)
     filtered: Counter = field(init=False, default_factory=Counter)
@@ -98,9 +102,26 @@ class ShardWriter:
         """One parse result row (see ``pipelines.parse_replays.RESULT_SCHEMA``), in deterministic order."""
         self.inputs += 1
         self._inputs_digest.update(f"{result['input_id']}\t{result['input_sha256'] or '-'}\n".encode())
+        if result.get("turns_ipc") is not None:  # the rows of the next inputs, in order
+            self._batch = pa.ipc.open_stream(result["turns_ipc"]).read_all()
+            self._batch_offset = 0
         status = result["status"]
         if status == "written":
-            table = pa.ipc.open_stream(result["turns_ipc"]).read_all()
+            num_rows = result["num_rows"]
+            table = self._batch.slice(self._batch_offset, num_rows)
+            self._batch_offset += num_rows
+            if table.num_rows != num_rows:
+                raise AssertionError(f"{result['input_id']}: {num_rows} rows announced, {table.num_rows} received")
+            key = result.get("dedupe_key")
+            if key is not None:
+                digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+                if digest in self._seen:
+                    result = {**result, "status": "filtered", "stage": "filter", "error_type": "filter",
+                              "reason": "duplicate", "message": f"{key} was already written by an earlier input"}
+                    status = "filtered"
+                else:
+                    self._seen.add(digest)
+        if status == "written":
             self._add_table(result["input_id"], table)
             self.written += 1
             return

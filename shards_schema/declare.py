@@ -79,3 +79,76 @@ def field_docs(cls: type) -> dict[str, str]:
             if key.isidentifier():
                 docs.setdefault(key, text.strip())
     return docs
+
+
+def _column(values: list, arrow_type: pa.DataType, nullable: bool) -> pa.Array:
+    """Build one Arrow column from Python values, recursing into structs and lists.
+
+    Struct values that are the same Python object (renderers share unchanged sub-states between rows) are
+    converted once and repeated with ``take``, which is what makes wide nested rows cheap to convert.
+    """
+    if pa.types.is_struct(arrow_type):
+        unique: dict[int, int] = {}
+        objects: list = []
+        indices = []
+        for v in values:
+            key = id(v)
+            pos = unique.get(key)
+            if pos is None:
+                pos = unique[key] = len(objects)
+                objects.append(v)
+            indices.append(pos)
+        present = [v for v in objects if v is not None]
+        if len(present) != len(objects) and not nullable:
+            raise ValueError(f"null in non-nullable struct column {arrow_type}")
+        if all(not pa.types.is_nested(f.type) for f in arrow_type):  # flat struct: Arrow's C++ path is faster
+            built = pa.array(present, type=arrow_type)
+            for i, f in enumerate(arrow_type):
+                if not f.nullable and built.field(i).null_count:
+                    raise ValueError(f"null in non-nullable field {f.name!r}")
+        else:
+            children = [_column([v[f.name] for v in present], f.type, f.nullable) for f in arrow_type]
+            built = pa.StructArray.from_arrays(children, fields=list(arrow_type))
+        if len(present) != len(objects):
+            # Re-insert the null structs. Their child slots must hold valid values, not nulls, or Parquet rejects
+            # the non-nullable children: point them at any present row (or build all-null via Arrow when none).
+            if not present:
+                built = pa.array([None] * len(objects), type=arrow_type)
+            else:
+                positions, k = [], 0
+                for v in objects:
+                    positions.append(0 if v is None else k)
+                    k += v is not None
+                taken = pa.array(positions, type=pa.int32())
+                validity = pa.array([v is None for v in objects], type=pa.bool_())
+                built = pa.StructArray.from_arrays([child.take(taken) for child in built.flatten()],
+                                                   fields=list(arrow_type), mask=validity)
+        if len(objects) == len(values):
+            return built
+        return built.take(pa.array(indices, type=pa.int32()))
+    if pa.types.is_fixed_size_list(arrow_type):
+        flat = [x for v in values for x in v]
+        if len(flat) != len(values) * arrow_type.list_size:
+            raise ValueError(f"a value does not have {arrow_type.list_size} items")
+        return pa.FixedSizeListArray.from_arrays(pa.array(flat, type=arrow_type.value_type), arrow_type.list_size)
+    if pa.types.is_list(arrow_type):
+        offsets, flat = [0], []
+        for v in values:
+            flat.extend(v)
+            offsets.append(len(flat))
+        child = _column(flat, arrow_type.value_type, arrow_type.value_field.nullable)
+        return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), child, type=arrow_type)
+    array = pa.array(values, type=arrow_type)
+    if not nullable and array.null_count:
+        raise ValueError(f"null in non-nullable column of type {arrow_type}")
+    return array
+
+
+def to_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
+    """Rows (dicts in the declared shape) → an Arrow table of exactly ``schema``; equals
+    ``pa.Table.from_pylist(rows, schema=schema)``, several times faster on rows that share sub-objects."""
+    try:
+        columns = [_column([r[f.name] for r in rows], f.type, f.nullable) for f in schema]
+    except KeyError as err:
+        raise ValueError(f"row lacks field {err}") from err
+    return pa.Table.from_arrays(columns, schema=schema)

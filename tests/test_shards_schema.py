@@ -83,3 +83,25 @@ def test_tampered_file_is_refused(version_copy):
     part.unlink()
     with pytest.raises(ShardIntegrityError, match="missing"):
         open_version(version_copy)
+
+
+def test_to_table_matches_from_pylist_and_round_trips_parquet(tmp_path):
+    import pyarrow.parquet as pq
+
+    from shards_schema.declare import to_table
+
+    move = {"name": "tackle", "move_type": "normal", "category": "physical", "base_power": 40, "accuracy": 1.0,
+            "priority": 0, "current_pp": 56, "max_pp": 56}
+    schema = pa.schema([pa.field("prev", TURNS_SCHEMA.field("state").type.field("player_prev_move").type),
+                        pa.field("moves", pa.list_(pa.field("item", TURNS_SCHEMA.field("state").type
+                                                           .field("player_prev_move").type, nullable=False)),
+                                 nullable=False)])
+    rows = [{"prev": None, "moves": [move]}, {"prev": move, "moves": [move, move]}, {"prev": None, "moves": []}]
+    table = to_table(rows, schema)
+    assert table.equals(pa.Table.from_pylist(rows, schema=schema))
+    pq.write_table(table, tmp_path / "t.parquet")  # null structs keep valid child slots
+    assert pq.read_table(tmp_path / "t.parquet").to_pylist() == rows
+    with pytest.raises(ValueError, match="non-nullable"):
+        to_table([{"prev": {**move, "name": None}, "moves": []}], schema)
+    with pytest.raises(ValueError, match="non-nullable"):
+        to_table([{"prev": None, "moves": [None]}], schema)

@@ -84,11 +84,37 @@ def _switch_words(mon: dict | None) -> list[str]:
     return [mon["name"], mon["item"], mon["ability"], types[0], types[1], mon["status"], mon["tera_type"]]
 
 
-def observation_words(state: dict, format_id: str) -> list[str]:
-    """The 87 words of a state (see the module docstring for the layout)."""
+def _cached(cache: dict | None, fn, mon: dict | None, **kw) -> list:
+    """``fn(mon)``, memoized by object identity within one trajectory (rendered Pokémon dicts are shared
+    between rows; the cache holds a reference, so an id is never reused while it lives)."""
+    if cache is None or mon is None:
+        return fn(mon, **kw)
+    key = (fn, id(mon))
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = (mon, fn(mon, **kw))
+    return hit[1]
+
+
+def _ids(words: list[str]) -> list[int]:
+    vocab = vocabulary()
+    return [vocab.get(w, UNK_ID) for w in words]
+
+
+def _active_tokens(mon: dict | None, *, opponent: bool) -> tuple[list[str], list[int]]:
+    words = _active_words(mon, opponent=opponent)
+    return words, _ids(words)
+
+
+def _switch_tokens(mon: dict | None) -> tuple[list[str], list[int]]:
+    words = _switch_words(mon)
+    return words, _ids(words)
+
+
+def _global_words(state: dict, format_id: str) -> list[str]:
     fields = _first(state["battle_field"], 2, "nofield")
     pprev, oprev = state["player_prev_move"], state["opponent_prev_move"]
-    words = [
+    return [
         format_id,
         "forcedswitch" if state["forced_switch"] else "noforcedswitch",
         "cantera" if state["can_tera"] else "nocantera",
@@ -99,13 +125,41 @@ def observation_words(state: dict, format_id: str) -> list[str]:
         *_first(state["player_conditions"], 2, "nocondition"),
         *_first(state["opponent_conditions"], 2, "nocondition"),
     ]
-    words += _active_words(state["player_active"], opponent=False)
-    words += _active_words(state["opponent_active"], opponent=True)
+
+
+def observation_tokens(state: dict, format_id: str, cache: dict | None = None) -> tuple[list[str], list[int]]:
+    """The 87 words of a state and their ids (see the module docstring for the layout)."""
+    words = _global_words(state, format_id)
+    tokens = _ids(words)
     switches = state["available_switches"]
-    for slot in range(NUM_SWITCHES):
-        words += _switch_words(switches[slot] if slot < len(switches) else None)
+    parts = [_cached(cache, _active_tokens, state["player_active"], opponent=False),
+             _cached(cache, _active_tokens, state["opponent_active"], opponent=True)]
+    parts += [_cached(cache, _switch_tokens, switches[slot] if slot < len(switches) else None)
+              for slot in range(NUM_SWITCHES)]
+    for part_words, part_tokens in parts:
+        words += part_words
+        tokens += part_tokens
     assert len(words) == OBS_WORDS, len(words)
-    return words
+    return words, tokens
+
+
+def observation_words(state: dict, format_id: str) -> list[str]:
+    """The 87 words of a state (see the module docstring for the layout)."""
+    return observation_tokens(state, format_id)[0]
+
+
+def _own_numbers(mon: dict | None) -> list[float]:
+    """Numeric features 0-23: the player's active Pokémon."""
+    moves = mon["moves"] if mon else []
+    pp = [moves[i]["current_pp"] / moves[i]["max_pp"] if i < len(moves) and moves[i]["max_pp"] else 0.0
+          for i in range(NUM_MOVES)]
+    return [mon["hp_pct"] if mon else 0.0, *_boosts(mon), *_move_numbers(mon, "base_power", 200.0),
+            *_move_numbers(mon, "accuracy", 1.0), *pp, *_move_numbers(mon, "priority", 5.0)]
+
+
+def _foe_numbers(mon: dict | None) -> list[float]:
+    """Numeric features 24-35: the opponent's active Pokémon."""
+    return [mon["hp_pct"] if mon else 0.0, *_boosts(mon), *_move_numbers(mon, "base_power", 200.0)]
 
 
 def _boosts(mon: dict | None) -> list[float]:
@@ -117,23 +171,13 @@ def _move_numbers(mon: dict | None, key: str, scale: float) -> list[float]:
     return [moves[i][key] / scale if i < len(moves) else 0.0 for i in range(NUM_MOVES)]
 
 
-def observation_numeric(state: dict) -> list[float]:
+def observation_numeric(state: dict, cache: dict | None = None) -> list[float]:
     """The 48 numeric features of a state (see the module docstring for the layout)."""
     me, opp = state["player_active"], state["opponent_active"]
-    my_moves = me["moves"] if me else []
-    pp = [my_moves[i]["current_pp"] / my_moves[i]["max_pp"] if i < len(my_moves) and my_moves[i]["max_pp"] else 0.0
-          for i in range(NUM_MOVES)]
     switches = state["available_switches"]
     numeric = [
-        me["hp_pct"] if me else 0.0,
-        *_boosts(me),
-        *_move_numbers(me, "base_power", 200.0),
-        *_move_numbers(me, "accuracy", 1.0),
-        *pp,
-        *_move_numbers(me, "priority", 5.0),
-        opp["hp_pct"] if opp else 0.0,
-        *_boosts(opp),
-        *_move_numbers(opp, "base_power", 200.0),
+        *_cached(cache, _own_numbers, me),
+        *_cached(cache, _foe_numbers, opp),
         *[switches[i]["hp_pct"] if i < len(switches) else 0.0 for i in range(NUM_SWITCHES)],
         state["player_remaining"] / 6.0,
         state["opponents_remaining"] / 6.0,
@@ -147,10 +191,9 @@ def observation_numeric(state: dict) -> list[float]:
     return numeric
 
 
-def observe(state: dict, format_id: str) -> tuple[str, list[int], list[float], int]:
-    """(text, token ids, numeric features, number of unknown words) for one state."""
-    vocab = vocabulary()
-    words = observation_words(state, format_id)
-    tokens = [vocab.get(w, UNK_ID) for w in words]
+def observe(state: dict, format_id: str, cache: dict | None = None) -> tuple[str, list[int], list[float], int]:
+    """(text, token ids, numeric features, number of unknown words) for one state. ``cache``: a dict kept for
+    one trajectory, to reuse the parts of Pokémon that did not change between rows."""
+    words, tokens = observation_tokens(state, format_id, cache)
     unknown = tokens.count(UNK_ID)
-    return " ".join(words), tokens, observation_numeric(state), unknown
+    return " ".join(words), tokens, observation_numeric(state, cache), unknown

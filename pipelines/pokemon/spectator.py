@@ -115,6 +115,7 @@ class SpectatorParser:
         self.tera_next = {"p1": False, "p2": False}
         self.used_tera = {"p1": False, "p2": False}
         self.moved_this_turn = False
+        self._own_memo: dict[tuple, dict] = {}
 
     # ------------------------------------------------------------------ rendering
     def _own(self, side: Side, nick: str, mon: Mon | None) -> dict:
@@ -124,17 +125,22 @@ class SpectatorParser:
         k = self.known[side.side_id][nick]
         if mon is None:
             mon = Mon(nick, k.species, 100, tracker.gen)
+        key = (side.side_id, nick, tracker.mon_key(mon), tuple(mon.moves.get(m, 0) for m in k.moves[:NUM_MOVES]))
+        hit = self._own_memo.get(key)
+        if hit is not None:
+            return hit
         try:
             moves = [tracker.move_state(m, used=mon.moves.get(m, 0)) for m in k.moves[:NUM_MOVES]]
         except UnknownDexEntry as err:
             raise ProtocolError(str(err)) from err
-        out = tracker.mon_state(mon, moves)
+        out = dict(tracker.mon_state(mon, moves))
         if k.item is not None and out["item"] == "unknownitem":
             out["item"] = k.item
         if k.ability is not None and out["ability"] == "unknownability":
             out["ability"] = k.ability
         if k.tera_type is not None and out["tera_type"] == "unknowntype":
             out["tera_type"] = k.tera_type
+        self._own_memo[key] = out
         return out
 
     def _bench(self, side: Side) -> list[str]:
@@ -224,7 +230,7 @@ class SpectatorParser:
             elif kind == "-terastallize" and len(parts) > 2:
                 self.tera_next[parts[2][:2]] = True
                 self.used_tera[parts[2][:2]] = True
-            tracker.apply(line)
+            tracker.apply_parts(parts, line)
             if kind == "move" and len(parts) > 2:
                 self.tera_next[parts[2][:2]] = False
         self._close_turn()

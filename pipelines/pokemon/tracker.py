@@ -147,12 +147,17 @@ class BattleTracker:
             "turn": self._turn, "win": self._win, "tie": self._tie, "-clearallboosts": self._clearallboost,
         }
         self._last_mover: Mon | None = None
+        self._move_memo: dict[tuple, dict] = {}
+        self._mon_memo: dict[tuple, dict] = {}
 
     # ------------------------------------------------------------------ feeding lines
     def apply(self, line: str) -> None:
         if not line or line[0] != "|":
             return  # room header or blank
-        parts = line.split("|")
+        self.apply_parts(line.split("|"), line)
+
+    def apply_parts(self, parts: list[str], line: str) -> None:
+        """``apply`` for a line its caller already split on ``|``."""
         kind = parts[1] if len(parts) > 1 else ""
         handler = self._handlers.get(kind)
         if handler is not None:
@@ -444,18 +449,38 @@ class BattleTracker:
         except UnknownDexEntry as err:
             raise ProtocolError(str(err)) from err
 
+    # Rendered dicts are memoized and shared between rows (a Pokémon that did not change renders to the same
+    # object), which keeps rendering, observation and Arrow conversion cheap. Callers must never mutate them.
     def move_state(self, move_id: str, *, pp: int | None = None, max_pp: int | None = None,
                    used: int = 0) -> dict:
+        key = (move_id, pp, max_pp, used)
+        hit = self._move_memo.get(key)
+        if hit is not None:
+            return hit
         entry = self.dex.move_entry(move_id)
         max_pp = entry["max_pp"] if max_pp is None else max_pp
-        return {
+        out = self._move_memo[key] = {
             "name": move_id if move_id in self.dex.moves else to_id(entry["name"]),
             "move_type": entry["type"], "category": entry["category"], "base_power": entry["base_power"],
             "accuracy": entry["accuracy"], "priority": entry["priority"],
             "current_pp": max(0, max_pp - used) if pp is None else pp, "max_pp": max_pp,
         }
+        return out
+
+    def mon_key(self, mon: Mon) -> tuple:
+        """Everything ``mon_state`` reads from a Mon (its moves excepted)."""
+        return (mon.species, mon.hp_pct, mon.status, mon.item, mon.ability, mon.level,
+                tuple(mon.types) if mon.types is not None else None,
+                tuple(sorted(mon.effects)) if mon.effects else (),
+                tuple(sorted(mon.boosts.items())) if mon.boosts else (), mon.tera_type, mon.terastallized)
 
     def mon_state(self, mon: Mon, moves: list[dict] | None = None) -> dict:
+        if moves is None:
+            moves = [self.move_state(m, used=used) for m, used in mon.moves.items()][:8]
+        key = (self.mon_key(mon), tuple(map(id, moves)))  # move dicts are memoized: their ids are stable
+        hit = self._mon_memo.get(key)
+        if hit is not None:
+            return hit
         try:
             species_id = self.dex.species_id(mon.species)
         except UnknownDexEntry as err:
@@ -463,11 +488,9 @@ class BattleTracker:
         entry = self.dex.species[species_id]
         stats = entry["base_stats"]
         boosts = mon.boosts
-        if moves is None:
-            moves = [self.move_state(m, used=used) for m, used in mon.moves.items()][:8]
-        return {
+        out = self._mon_memo[key] = {
             "name": species_id, "base_species": entry["base_species"], "hp_pct": mon.hp_pct,
-            "types": mon.types if mon.types is not None else list(entry["types"]),
+            "types": list(mon.types) if mon.types is not None else list(entry["types"]),
             "item": mon.item, "ability": mon.ability, "level": mon.level, "status": mon.status,
             "effects": sorted(mon.effects), "moves": moves,
             "atk_boost": boosts.get("atk_boost", 0), "def_boost": boosts.get("def_boost", 0),
@@ -478,6 +501,7 @@ class BattleTracker:
             "base_spd": stats["spd"], "base_spe": stats["spe"],
             "tera_type": mon.tera_type, "terastallized": mon.terastallized,
         }
+        return out
 
     def conditions(self, side: Side) -> list[str]:
         return sorted(c for c, layers in side.conditions.items() for _ in range(layers))

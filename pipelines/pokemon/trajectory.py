@@ -63,13 +63,14 @@ def build_rows(meta: TrajectoryMeta, steps: list[tuple[dict, int, list[bool]]], 
     """
     rows = []
     last = len(steps) - 1
+    cache: dict = {}
     for i, ((state, action, mask), battle_turn) in enumerate(zip(steps, battle_turns, strict=True)):
         if action >= 0 and (action >= NUM_ACTIONS or not mask[action]):
             raise IllegalActionError(
                 f"{meta.trajectory_id} decision {i}: action {action} is not legal there (legal: "
                 f"{[a for a, ok in enumerate(mask) if ok]})"
             )
-        text, tokens, numeric, unknown = observe(state, meta.format)
+        text, tokens, numeric, unknown = observe(state, meta.format, cache)
         rows.append({
             "trajectory_id": meta.trajectory_id, "battle_id": meta.battle_id, "format": meta.format,
             "player_side": meta.player_side, "player_name": meta.player_name, "opponent_name": meta.opponent_name,
