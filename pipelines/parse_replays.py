@@ -28,8 +28,9 @@ import pyarrow as pa  # noqa: E402
 
 from pipelines.errors import InputError, ReadError  # noqa: E402
 
-SOURCES = ("generated", "metamon")
-DEFAULT_FORMATS = {"generated": ["gen9randombattle", "gen1ou"], "metamon": []}
+SOURCES = ("generated", "metamon", "showdown-json", "hf-raw", "pokechamp")
+DEFAULT_FORMATS = {"generated": ["gen9randombattle", "gen1ou"]}
+REPLAY_SOURCES = ("showdown-json", "hf-raw", "pokechamp")
 
 RESULT_SCHEMA = pa.schema([
     ("input_id", pa.string()), ("source", pa.string()), ("input_sha256", pa.string()), ("status", pa.string()),
@@ -46,18 +47,22 @@ class ParseConfig:
     """Configuration of the replay-parsing job.
 
     Attributes:
-        source: where inputs come from: ``generated`` (simulator battles) or ``metamon`` (parsed .json.lz4).
+        source: where inputs come from: ``generated`` (simulator battles), ``metamon`` (parsed .json.lz4),
+            ``showdown-json`` (replay JSON files), ``hf-raw`` or ``pokechamp`` (replay tables, Parquet).
         out: output root; the version is published under OUT/<dataset>/<version>/.
-        input: input folder or file (metamon); empty with --download to fetch from the hub.
+        input: input folder or file; with --download, where hub files are put.
         formats: formats to keep (generated: formats to play); empty keeps all.
+        min_rating: replays: keep battles rated at least this (unrated ones are dropped when set).
+        date_from: replays: keep battles from this day on (YYYY-MM-DD).
+        date_to: replays: keep battles up to this day (YYYY-MM-DD).
         dataset: dataset folder name under OUT.
         num_battles: generated: battles per format.
         seed: generated: seed of all battles.
         p1: generated: policy of player 1 (random or heuristic).
         p2: generated: policy of player 2 (random or heuristic).
         battles_per_chunk: generated: battles per simulator process.
-        download: metamon: download the asked formats from the hub into --input (resumable).
-        revision: metamon: hub revision to download.
+        download: metamon, hf-raw, pokechamp: download the asked formats from the hub into --input (resumable).
+        revision: hub revision to download (default: the source's pinned one).
         shard_size_mb: target size of each Parquet shard in MB.
         num_parse_actors: parse actors in the pool.
         cpus_per_actor: CPUs each parse or generate actor reserves (fractional, so Ray Data is not starved).
@@ -70,6 +75,9 @@ class ParseConfig:
     out: str
     input: str = ""
     formats: list[str] = field(default_factory=list)
+    min_rating: int | None = None
+    date_from: str = ""
+    date_to: str = ""
     dataset: str = "pokemon_turns"
     num_battles: int = 100
     seed: int = 0
@@ -77,7 +85,7 @@ class ParseConfig:
     p2: str = "random"
     battles_per_chunk: int = 25
     download: bool = False
-    revision: str = "v1"
+    revision: str = ""
     shard_size_mb: float = 128.0
     num_parse_actors: int = 2
     cpus_per_actor: float = 0.5
@@ -88,10 +96,13 @@ class ParseConfig:
     def __post_init__(self):
         if self.source not in SOURCES:
             raise ValueError(f"--source must be one of {SOURCES}, got {self.source!r}")
-        if self.source == "metamon" and not self.input:
-            raise ValueError("--source metamon needs --input (a folder of .json.lz4 files or archives)")
+        if self.source != "generated" and not self.input:
+            raise ValueError(f"--source {self.source} needs --input (a folder or file of inputs)")
         if self.source == "metamon" and self.download and not self.formats:
             raise ValueError("--download needs --formats: the hub holds one archive per format")
+        for day in (self.date_from, self.date_to):
+            if day and not (len(day) == 10 and day[4] == day[7] == "-" and day.replace("-", "").isdigit()):
+                raise ValueError(f"dates are YYYY-MM-DD, got {day!r}")
         if self.shard_size_mb <= 0 or self.num_parse_actors < 1 or not 0 < self.cpus_per_actor <= 1:
             raise ValueError("need shard_size_mb > 0, num_parse_actors >= 1 and 0 < cpus_per_actor <= 1")
         if self.p1 not in ("random", "heuristic") or self.p2 not in ("random", "heuristic"):
@@ -106,11 +117,13 @@ class ParseConfig:
 
     @property
     def effective_formats(self) -> list[str]:
-        return list(self.formats) or DEFAULT_FORMATS[self.source]
+        return list(self.formats) or DEFAULT_FORMATS.get(self.source, [])
 
     def output_config(self) -> dict:
         """The fields that shape the output (they enter the version's identity)."""
         keep = {"source", "formats", "dataset", "shard_size_mb"}
+        if self.source in REPLAY_SOURCES:
+            keep |= {"min_rating", "date_from", "date_to"}
         if self.source == "generated":
             keep |= {"num_battles", "seed", "p1", "p2"}
         out = {k: v for k, v in dataclasses.asdict(self).items() if k in keep}
@@ -122,13 +135,17 @@ class ParseConfig:
 class ParseInputs:
     """Parses a batch of raw inputs; expensive set-up (dex, vocabulary) happens once per actor."""
 
-    def __init__(self, source: str, formats: list[str]):
+    def __init__(self, source: str, formats: list[str], min_rating: int | None = None, date_from: str = "",
+                 date_to: str = ""):
         from pipelines.pokemon.dex import known_formats, load_dex
         from pipelines.pokemon.observation import vocabulary
+        from pipelines.sources.replays import ReplayFilters
         from shards_schema.pokemon import TURNS_SCHEMA
 
         self.source = source
         self.formats = frozenset(formats) if formats else None
+        self.filters = ReplayFilters(formats=self.formats, min_rating=min_rating, date_from=date_from or None,
+                                     date_to=date_to or None)
         self.known_formats = known_formats()
         self.dexes = {g: load_dex(g) for g in range(1, 10)}
         self.schema = TURNS_SCHEMA
@@ -139,6 +156,10 @@ class ParseInputs:
             from pipelines.sources import generated
 
             return generated.parse(input_id, payload, self.dexes, self.formats)
+        if self.source in REPLAY_SOURCES:
+            from pipelines.sources import replays
+
+            return replays.parse(self.source, payload, self.dexes, self.filters, self.known_formats)
         from pipelines.sources import metamon
 
         return metamon.parse(input_id, payload, self.formats, self.known_formats)
@@ -219,18 +240,49 @@ class ParseInputs:
 
 
 # ---------------------------------------------------------------------------- read stage (per source)
-def _read_metamon(item: dict) -> list[dict]:
-    from pipelines.sources import metamon
-
+def _read_file(item: dict) -> list[dict]:
     path, root = item["path"], item["root"]
-    if metamon.is_archive(path):
-        return [{"input_id": mid, "payload": data, "read_error": err} for mid, data, err in metamon.iter_archive(path)]
     rel = os.path.relpath(path, root) if os.path.isdir(root) else os.path.basename(path)
     try:
         with open(path, "rb") as fh:
             return [{"input_id": rel, "payload": fh.read(), "read_error": None}]
     except OSError as err:
         return [{"input_id": rel, "payload": None, "read_error": f"{type(err).__name__}: {err}"}]
+
+
+class TableRowsToInputs:
+    """Parquet rows of a replay table → one input per battle (its row as JSON), requested formats only."""
+
+    def __init__(self, source: str, formats: list[str]):
+        from pipelines.sources.replays import FORMAT_COLUMN
+
+        self.source = source
+        self.formats = set(formats)
+        self.format_column = FORMAT_COLUMN[source]
+        self.id_column = "id" if source == "hf-raw" else "battle_id"
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        import json
+
+        rows = batch.to_pylist()
+        out = {"input_id": [], "payload": [], "read_error": []}
+        for row in rows:
+            if self.formats and row.get(self.format_column) not in self.formats:
+                continue  # other formats are not inputs of this job (the table is read for the asked ones)
+            out["input_id"].append(f"{row.pop('path', '')}::{row.get(self.id_column)}")
+            out["payload"].append(json.dumps(row, default=str, sort_keys=True).encode())
+            out["read_error"].append(None)
+        return pa.table(out, schema=pa.schema([("input_id", pa.string()), ("payload", pa.binary()),
+                                               ("read_error", pa.string())]))
+
+
+def _read_metamon(item: dict) -> list[dict]:
+    from pipelines.sources import metamon
+
+    path = item["path"]
+    if metamon.is_archive(path):
+        return [{"input_id": mid, "payload": data, "read_error": err} for mid, data, err in metamon.iter_archive(path)]
+    return _read_file(item)
 
 
 class GenerateBattles:
@@ -259,6 +311,8 @@ def read_stage(cfg: ParseConfig):
         ds = ds.flat_map(GenerateBattles, fn_constructor_kwargs={"showdown": str(showdown_dir())},
                          compute=ray.data.ActorPoolStrategy(size=cfg.num_parse_actors), num_cpus=cfg.cpus_per_actor)
         return ds, len(plan), generated.generator_revision()
+    if cfg.source in REPLAY_SOURCES:
+        return _read_replays(cfg)
     from pipelines.sources import metamon
 
     root = Path(cfg.input).resolve()
@@ -271,7 +325,34 @@ def read_stage(cfg: ParseConfig):
     items = [{"path": p, "root": str(root)} for p in paths]
     ds = ray.data.from_items(items, override_num_blocks=max(1, min(len(items), 200)))
     ds = ds.flat_map(_read_metamon, num_cpus=cfg.cpus_per_actor)
-    return ds, len(items), f"{metamon.HUB_REPO}@{cfg.revision}" if cfg.download else None
+    revision = cfg.revision or metamon.HUB_REVISION
+    return ds, len(items), f"{metamon.HUB_REPO}@{revision}" if cfg.download else None
+
+
+def _read_replays(cfg: ParseConfig):
+    import ray.data
+
+    from pipelines.sources import replays
+
+    root = Path(cfg.input).resolve()
+    revision = None
+    if cfg.download and cfg.source != "showdown-json":
+        sha = replays.download(cfg.source, root, cfg.revision or None, cfg.effective_formats)
+        revision = f"{replays.HUB[cfg.source][0]}@{sha}"
+    if cfg.source == "showdown-json":
+        paths = replays.list_json(root)
+        items = [{"path": p, "root": str(root)} for p in paths]
+        ds = ray.data.from_items(items, override_num_blocks=max(1, min(len(items), 200)))
+        return ds.flat_map(_read_file, num_cpus=cfg.cpus_per_actor), len(items), revision
+    paths = replays.list_parquet(root)
+    if not paths:
+        raise FileNotFoundError(f"no .parquet files under {root}")
+    ds = ray.data.read_parquet(paths, columns=replays.COLUMNS[cfg.source], include_paths=True,
+                               num_cpus=cfg.cpus_per_actor)
+    ds = ds.map_batches(TableRowsToInputs, batch_format="pyarrow", batch_size=256,
+                        compute=ray.data.ActorPoolStrategy(size=1), num_cpus=cfg.cpus_per_actor,
+                        fn_constructor_kwargs={"source": cfg.source, "formats": cfg.effective_formats})
+    return ds, len(paths), revision
 
 
 # ---------------------------------------------------------------------------- driver
@@ -305,7 +386,8 @@ def run(cfg: ParseConfig, *, log=print):
         ParseInputs, batch_format="pyarrow", batch_size=cfg.inputs_per_batch,
         compute=ray.data.ActorPoolStrategy(size=cfg.num_parse_actors),
         num_cpus=cfg.cpus_per_actor,
-        fn_constructor_kwargs={"source": cfg.source, "formats": cfg.effective_formats},
+        fn_constructor_kwargs={"source": cfg.source, "formats": cfg.effective_formats,
+                               "min_rating": cfg.min_rating, "date_from": cfg.date_from, "date_to": cfg.date_to},
     )
     writer = ShardWriter(out_root=Path(cfg.out).resolve(), dataset=cfg.dataset, schema=TURNS_SCHEMA,
                          index_schema=INDEX_SCHEMA, code=POKEMON_TURNS,

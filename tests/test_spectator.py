@@ -1,0 +1,153 @@
+"""Spectator-log reconstruction: golden values on two real replays, ground truth on simulator battles, fuzz."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+
+import pytest
+from conftest import shared_data
+
+from pipelines.errors import InputError, ProtocolError, TruncatedBattleError
+from pipelines.pokemon.agreement import Agreement, action_meaning
+from pipelines.pokemon.dex import load_dex
+from pipelines.pokemon.spectator import spectator_trajectories
+from pipelines.sources import generated
+
+DEXES = {g: load_dex(g) for g in range(1, 10)}
+
+
+def _replay(name):
+    data = json.loads(shared_data("pokemon", "showdown_replays", f"{name}.json").read_text())
+    lines = data["log"].split("\n")
+    gen = int(data["formatid"][3])
+    return data, lines, spectator_trajectories(lines, DEXES[gen], format_id=data["formatid"], battle_id=data["id"])
+
+
+def _by_turn(rows, side):
+    return {(r["battle_turn"], r["state"]["forced_switch"]): r for r in rows if r["player_side"] == side}
+
+
+def test_gen1ou_golden():
+    _, _, rows = _replay("smogtours-gen1ou-733374")
+    p1, p2 = _by_turn(rows, "p1"), _by_turn(rows, "p2")
+    assert sum(r["player_side"] == "p1" for r in rows) == 87 and sum(r["player_side"] == "p2" for r in rows) == 90
+    want = {  # turn: (p1's action, p2's action), read off the log
+        1: (("switch", "chansey"), ("move", "psychic", False)),
+        2: (("move", "icebeam", False), ("move", "psychic", False)),
+        3: (("move", "icebeam", False), ("switch", "exeggutor")),
+        4: (("switch", "exeggutor"), ("move", "sleeppowder", False)),
+        5: (("switch", "chansey"), ("switch", "tauros")),
+    }
+    for turn, (a1, a2) in want.items():
+        r1, r2 = p1[(turn, False)], p2[(turn, False)]
+        assert action_meaning(r1["state"], r1["action"]) == a1, turn
+        assert action_meaning(r2["state"], r2["action"]) == a2, turn
+    # after turn 2: Chansey at 63/100 (both views), Alakazam at 80/100
+    assert p1[(3, False)]["state"]["player_active"]["hp_pct"] == pytest.approx(0.63)
+    assert p2[(3, False)]["state"]["opponent_active"]["hp_pct"] == pytest.approx(0.63)
+    assert p1[(3, False)]["state"]["opponent_active"]["hp_pct"] == pytest.approx(0.80)
+    # the player knows its own moves from the start (hindsight), the opponent's only once shown
+    assert "softboiled" in [m["name"] for m in p1[(2, False)]["state"]["player_active"]["moves"]]
+    assert p2[(2, False)]["state"]["opponent_active"]["moves"] == []
+    assert [m["name"] for m in p2[(3, False)]["state"]["opponent_active"]["moves"]] == ["icebeam"]
+    assert {r["result"] for r in rows if r["player_side"] == "p1"} == {"win"}
+    assert {r["result"] for r in rows if r["player_side"] == "p2"} == {"loss"}
+    assert rows[0]["player_name"] == "Green on fire"
+
+
+def test_gen9ou_golden_tera_forfeit_nicknames():
+    _, _, rows = _replay("smogtours-gen9ou-733546")
+    p1, p2 = _by_turn(rows, "p1"), _by_turn(rows, "p2")
+    # turn 7: amaterus's Enamorus ("Gin") terastallizes Fairy and uses Moonblast
+    r = p2[(7, False)]
+    assert action_meaning(r["state"], r["action"]) == ("move", "moonblast", True) and r["action"] >= 9
+    assert r["state"]["can_tera"]
+    assert not p2[(8, False)]["state"]["can_tera"]  # tera is spent
+    assert p1[(8, False)]["state"]["opponent_active"]["terastallized"]
+    assert p1[(8, False)]["state"]["opponent_active"]["types"] == ["fairy"]
+    # nicknames resolve to species; the opponent's Volcanion lost its item to Knock Off on turn 1
+    assert p1[(1, False)]["state"]["player_active"]["name"] == "clefable"
+    assert p1[(2, False)]["state"]["opponent_active"]["item"] == "noitem"
+    assert p1[(2, False)]["state"]["player_active"]["hp_pct"] == pytest.approx(0.94)
+    # team preview is known to both
+    assert "kingambit" in p1[(1, False)]["state"]["opponent_teampreview"]
+    # amaterus forfeits during turn 24: both turn-24 decisions show no action, the battle is won by p1
+    assert p1[(24, False)]["action"] == -1 and p2[(24, False)]["action"] == -1
+    assert {r["result"] for r in rows if r["player_side"] == "p1"} == {"win"}
+    last = [r for r in rows if r["player_side"] == "p2"][-1]
+    assert last["done"] and last["reward"] == -1.0 and last["result"] == "loss"
+
+
+def test_chat_and_timer_lines_carry_no_state():
+    data, lines, rows = _replay("smogtours-gen9ou-733546")
+    noise = ["|c|☆someone|hello |turn|99 not a turn", "|j|☆guest", "|raw|<b>html</b>", "|t:|1701612999",
+             "|inactive|timer", "|-unknownmessage|p1a: x|y", "|l|guest"]
+    noisy = [x for line in lines for x in ([line] + noise if line.startswith("|upkeep") else [line])]
+    again = spectator_trajectories(noisy, DEXES[9], format_id="gen9ou", battle_id=data["id"])
+    assert [r["obs_tokens"] for r in again] == [r["obs_tokens"] for r in rows]
+    assert [r["action"] for r in again] == [r["action"] for r in rows]
+
+
+def test_cut_logs_and_impossible_states_are_typed_errors():
+    data, lines, _ = _replay("smogtours-gen1ou-733374")
+    cut = lines[: len(lines) // 2]
+    with pytest.raises(TruncatedBattleError):
+        spectator_trajectories(cut, DEXES[1], format_id="gen1ou", battle_id=data["id"])
+    faint_at = next(i for i, line in enumerate(lines) if line.startswith("|faint|"))
+    fainted = lines[faint_at].split("|")[2]
+    impossible = lines[: faint_at + 1] + [f"|move|{fainted}|Tackle|p1a: Snorlax"] + lines[faint_at + 1:]
+    with pytest.raises(ProtocolError, match="fainted"):
+        spectator_trajectories(impossible, DEXES[1], format_id="gen1ou", battle_id=data["id"])
+
+
+def test_spectator_log_fuzz():
+    data, lines, _ = _replay("smogtours-gen9ou-733546")
+    rng = random.Random(3)
+    outcomes = set()
+    for _ in range(200):
+        mutated = list(lines)
+        for _ in range(rng.randint(1, 4)):
+            i = rng.randrange(len(mutated))
+            op = rng.randrange(4)
+            if op == 0:
+                del mutated[i]
+            elif op == 1:
+                mutated[i] = mutated[i][: rng.randrange(len(mutated[i]) + 1)]
+            elif op == 2:
+                mutated.insert(i, rng.choice(mutated))
+            else:
+                parts = mutated[i].split("|")
+                rng.shuffle(parts)
+                mutated[i] = "|".join(parts)
+        try:
+            spectator_trajectories(mutated, DEXES[9], format_id="gen9ou", battle_id="x")
+            outcomes.add("ok")
+        except InputError as err:
+            outcomes.add(err.reason)
+    assert "ok" in outcomes and len(outcomes) > 1
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is needed to run the simulator")
+def test_ground_truth_agreement_on_simulator_battles():
+    """Reconstruct generated battles from their spectator logs and compare with the players' own streams."""
+    agreement = Agreement()
+    for fmt, n in (("gen9randombattle", 100), ("gen1ou", 100)):
+        chunk = generated.chunks([fmt], n, 2024, "heuristic", "random", n)[0]
+        for battle_id, payload in generated.generate(chunk):
+            record = json.loads(payload)
+            truth, _ = generated.parse(battle_id, payload, DEXES, None)
+            recon = spectator_trajectories(record["spectator_log"], DEXES[int(fmt[3])], format_id=fmt,
+                                           battle_id=battle_id)
+            for side in ("p1", "p2"):
+                agreement.add([r for r in truth if r["player_side"] == side],
+                              [r for r in recon if r["player_side"] == side])
+    print(agreement.report())
+    assert agreement.trajectories == 400
+    assert agreement.rate("decision_alignment") >= 0.99
+    assert agreement.rate("action.visible_identical") >= 0.99
+    assert agreement.rate("action.coverage") >= 0.8
+    for name in ("player_active.hp", "player_active.status", "opponent_active.hp", "opponent_active.species",
+                 "opponent_active.revealed_moves", "switches.known_subset", "weather", "conditions"):
+        assert agreement.rate(name) >= 0.99, name
