@@ -250,30 +250,30 @@ def _read_file(item: dict) -> list[dict]:
         return [{"input_id": rel, "payload": None, "read_error": f"{type(err).__name__}: {err}"}]
 
 
-class TableRowsToInputs:
-    """Parquet rows of a replay table → one input per battle (its row as JSON), requested formats only."""
+def _read_row_group(item: dict) -> list[dict]:
+    """One Parquet row group of a replay table → one input per battle of the asked formats (its row as JSON).
+    Rows of other formats are not inputs of this job: the table is read for the asked ones."""
+    import json
 
-    def __init__(self, source: str, formats: list[str]):
-        from pipelines.sources.replays import FORMAT_COLUMN
+    import pyarrow.parquet as pq
 
-        self.source = source
-        self.formats = set(formats)
-        self.format_column = FORMAT_COLUMN[source]
-        self.id_column = "id" if source == "hf-raw" else "battle_id"
+    from pipelines.sources.replays import COLUMNS, FORMAT_COLUMN
 
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        import json
-
-        rows = batch.to_pylist()
-        out = {"input_id": [], "payload": [], "read_error": []}
-        for row in rows:
-            if self.formats and row.get(self.format_column) not in self.formats:
-                continue  # other formats are not inputs of this job (the table is read for the asked ones)
-            out["input_id"].append(f"{row.pop('path', '')}::{row.get(self.id_column)}")
-            out["payload"].append(json.dumps(row, default=str, sort_keys=True).encode())
-            out["read_error"].append(None)
-        return pa.table(out, schema=pa.schema([("input_id", pa.string()), ("payload", pa.binary()),
-                                               ("read_error", pa.string())]))
+    source, formats = item["source"], set(item["formats"])
+    id_column = "id" if source == "hf-raw" else "battle_id"
+    name = os.path.basename(item["path"])
+    try:
+        table = pq.ParquetFile(item["path"]).read_row_group(item["row_group"], columns=COLUMNS[source])
+    except (OSError, pa.ArrowException) as err:
+        return [{"input_id": f"{name}#rg{item['row_group']}", "payload": None,
+                 "read_error": f"{type(err).__name__}: {err}"}]
+    out = []
+    for row in table.to_pylist():
+        if formats and row.get(FORMAT_COLUMN[source]) not in formats:
+            continue
+        out.append({"input_id": f"{name}::{row.get(id_column)}",
+                    "payload": json.dumps(row, default=str, sort_keys=True).encode(), "read_error": None})
+    return out
 
 
 def _read_metamon(item: dict) -> list[dict]:
@@ -344,15 +344,16 @@ def _read_replays(cfg: ParseConfig):
         items = [{"path": p, "root": str(root)} for p in paths]
         ds = ray.data.from_items(items, override_num_blocks=max(1, min(len(items), 200)))
         return ds.flat_map(_read_file, num_cpus=cfg.cpus_per_actor), len(items), revision
+    import pyarrow.parquet as pq
+
     paths = replays.list_parquet(root)
     if not paths:
         raise FileNotFoundError(f"no .parquet files under {root}")
-    ds = ray.data.read_parquet(paths, columns=replays.COLUMNS[cfg.source], include_paths=True,
-                               num_cpus=cfg.cpus_per_actor)
-    ds = ds.map_batches(TableRowsToInputs, batch_format="pyarrow", batch_size=256,
-                        compute=ray.data.ActorPoolStrategy(size=1), num_cpus=cfg.cpus_per_actor,
-                        fn_constructor_kwargs={"source": cfg.source, "formats": cfg.effective_formats})
-    return ds, len(paths), revision
+    # One read task per row group, planned from the footers: streamed, bounded by the row-group size, ordered.
+    items = [{"path": p, "row_group": g, "source": cfg.source, "formats": cfg.effective_formats}
+             for p in paths for g in range(pq.ParquetFile(p).num_row_groups)]
+    ds = ray.data.from_items(items, override_num_blocks=max(1, min(len(items), 1000)))
+    return ds.flat_map(_read_row_group, num_cpus=cfg.cpus_per_actor), len(items), revision
 
 
 # ---------------------------------------------------------------------------- driver

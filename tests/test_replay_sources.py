@@ -1,0 +1,93 @@
+"""Replay sources through the Ray job: filters and duplicates counted with reasons, bad replays quarantined."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import shared_data
+
+from pipelines.parse_replays import ParseConfig, run
+from pipelines.sources.replays import Replay, ReplayFilters, normalize
+from shards_schema.reader import open_version
+
+GEN1 = "smogtours-gen1ou-733374.json"
+GEN9 = "smogtours-gen9ou-733546.json"
+
+
+def _replays():
+    root = shared_data("pokemon", "showdown_replays")
+    return {name: json.loads((root / name).read_text()) for name in (GEN1, GEN9)}
+
+
+def test_filters_give_reasons():
+    replay = Replay(battle_id="b", format="gen9ou", log=[], rating=1500, date="2023-12-03", players={})
+    assert ReplayFilters().reason(replay) is None
+    assert ReplayFilters(formats=frozenset({"gen1ou"})).reason(replay) == "format_not_requested"
+    assert ReplayFilters(min_rating=1600).reason(replay) == "below_min_rating"
+    assert ReplayFilters(min_rating=1000).reason(replay) is None
+    assert ReplayFilters(min_rating=1).reason(Replay(**{**replay.__dict__, "rating": None})) == "unrated"
+    assert ReplayFilters(date_from="2023-12-04").reason(replay) == "before_date_from"
+    assert ReplayFilters(date_to="2023-12-02").reason(replay) == "after_date_to"
+    month = Replay(**{**replay.__dict__, "date": "2023-12"})
+    assert ReplayFilters(date_from="2023-12-31", date_to="2023-12-31").reason(month) is None
+    assert normalize("pokechamp", {"battle_id": "x", "gamemode": "gen9ou", "elo": "1712", "month_year": "March 2024",
+                                   "text": "|a\n|b"}).date == "2024-03"
+
+
+def test_showdown_json_job(ray_local, tmp_path):
+    replays = _replays()
+    root = tmp_path / "json"
+    root.mkdir()
+    for name, data in replays.items():
+        (root / name).write_text(json.dumps(data))
+    (root / "copy-of-gen1.json").write_text(json.dumps(replays[GEN1]))  # same battle id: a duplicate
+    (root / "broken.json").write_text("{not json")
+    cut = dict(replays[GEN9], id="cut-1", log="\n".join(replays[GEN9]["log"].split("\n")[:120]))
+    (root / "cut.json").write_text(json.dumps(cut))  # ends mid-battle
+    (root / "nofmt.json").write_text(json.dumps(dict(replays[GEN1], id="odd-1", formatid="gen1nonsense")))
+    cfg = ParseConfig.tiny(source="showdown-json", input=str(root), out=str(tmp_path / "out"))
+    version = open_version(run(cfg, log=lambda *_: None).path)
+    c = version.manifest.counts
+    assert (c.inputs, c.written, c.trajectories) == (6, 2, 4)
+    assert c.filtered == {"duplicate": 1}
+    assert c.quarantined == {"invalid_json": 1, "truncated_battle": 1, "unknown_format": 1}
+    q = version.quarantine().to_pylist()
+    assert {r["input_id"]: r["reason"] for r in q}["cut.json"] == "truncated_battle"
+    assert set(version.index().column("battle_id").to_pylist()) == {"smogtours-gen1ou-733374",
+                                                                      "smogtours-gen9ou-733546"}
+
+
+@pytest.mark.parametrize("source", ["hf-raw", "pokechamp"])
+def test_hub_table_sources(ray_local, tmp_path, source):
+    replays = _replays()
+    rows = []
+    for i, rating in enumerate([1100, 1350, None, 1500]):
+        for name in (GEN1, GEN9):
+            data = replays[name]
+            battle_id = f"{data['id']}-{i}"
+            if source == "hf-raw":
+                rows.append({"id": battle_id, "format": data["format"], "players": data["players"],
+                             "log": data["log"], "uploadtime": data["uploadtime"] + i * 86400,
+                             "formatid": data["formatid"], "rating": rating})
+            else:
+                rows.append({"battle_id": battle_id, "gamemode": data["formatid"], "elo": rating,
+                             "month_year": "2023-12", "text": data["log"]})
+    table = pa.Table.from_pylist(rows)
+    root = tmp_path / "table"
+    root.mkdir()
+    pq.write_table(table.slice(0, 4), root / "part-0.parquet", row_group_size=2)
+    pq.write_table(table.slice(4), root / "part-1.parquet", row_group_size=2)
+    cfg = ParseConfig.tiny(source=source, input=str(root), out=str(tmp_path / "out"), formats=["gen9ou"],
+                           min_rating=1300)
+    version = open_version(run(cfg, log=lambda *_: None).path)
+    c = version.manifest.counts
+    # 8 battles in the table, 4 of them gen9ou (the asked format); of those, 1100 and unrated are filtered
+    assert (c.inputs, c.written) == (4, 2) and c.reconciles()
+    assert c.filtered == {"below_min_rating": 1, "unrated": 1}
+    assert set(version.table(["format"]).column("format").to_pylist()) == {"gen9ou"}
+    assert sorted(set(version.table(["rating"]).column("rating").to_pylist())) == [1350, 1500]
+    assert Counter(version.index().column("result").to_pylist()) == {"win": 2, "loss": 2}
