@@ -77,8 +77,9 @@ class ShardWriter:
     _pending_bytes: int = field(init=False, default=0)
     _bytes_per_arrow_byte: float = field(init=False, default=0.25)
     _files: list[FileEntry] = field(init=False, default_factory=list)
-    _index: list[dict] = field(init=False, default_factory=list)
     _quarantine: list[dict] = field(init=False, default_factory=list)
+    _side_writers: dict = field(init=False, default_factory=dict)
+    """Streaming writers of index.parquet and quarantine.parquet: memory stays bounded however many inputs."""
     _inputs_digest: hashlib._Hash = field(init=False, default_factory=hashlib.sha256)
     _batch: pa.Table | None = field(init=False, default=None)
     _batch_offset: int = field(init=False, default=0)
@@ -132,6 +133,9 @@ class ShardWriter:
             "error_type": result["error_type"], "reason": result["reason"], "message": result["message"],
             "input_sha256": result["input_sha256"],
         })
+        if len(self._quarantine) >= 10_000:
+            self._append("quarantine.parquet", self._quarantine, QUARANTINE_SCHEMA)
+            self._quarantine = []
 
     def _add_table(self, input_id: str, table: pa.Table) -> None:
         table = table.cast(self.schema) if not table.schema.equals(self.schema) else table
@@ -168,9 +172,15 @@ class ShardWriter:
         # Learn the compression ratio from real shards so later shards land near the target size.
         self._bytes_per_arrow_byte = max(size / max(self._pending_bytes, 1), 1e-3)
         self._files.append(FileEntry(path=name, rows=table.num_rows, bytes=size, sha256=sha256_file(path)))
-        for entry in self._pending_index:
-            self._index.append({**entry, "file": name})
+        self._append("index.parquet", [{**entry, "file": name} for entry in self._pending_index], self.index_schema)
         self._pending, self._pending_index, self._pending_bytes = [], [], 0
+
+    def _append(self, name: str, rows: list[dict], schema: pa.Schema) -> None:
+        writer = self._side_writers.get(name)
+        if writer is None:
+            writer = self._side_writers[name] = pq.ParquetWriter(self._tmp / name, schema, **_PARQUET_OPTIONS)
+        if rows:
+            writer.write_table(pa.Table.from_pylist(rows, schema=schema))
 
     # -------------------------------------------------------------- publish
     def counts(self) -> Counts:
@@ -178,10 +188,12 @@ class ShardWriter:
                       quarantined=dict(sorted(self.quarantined.items())), trajectories=self.trajectories,
                       rows=self.rows, unknown_words=self.unknown_words)
 
-    def _write_table(self, name: str, table: pa.Table) -> FileEntry:
+    def _close(self, name: str, schema: pa.Schema) -> FileEntry:
+        self._append(name, [], schema)
+        self._side_writers.pop(name).close()
         path = self._tmp / name
-        pq.write_table(table, path, **_PARQUET_OPTIONS)
-        return FileEntry(path=name, rows=table.num_rows, bytes=path.stat().st_size, sha256=sha256_file(path))
+        rows = pq.ParquetFile(path).metadata.num_rows
+        return FileEntry(path=name, rows=rows, bytes=path.stat().st_size, sha256=sha256_file(path))
 
     def publish(self, *, source: str, source_revision: str | None, config: dict) -> PublishResult:
         """Write index, quarantine and manifest, then rename the folder into place (or reuse an identical one)."""
@@ -189,10 +201,10 @@ class ShardWriter:
         counts = self.counts()
         if not counts.reconciles():
             raise AssertionError(f"counts do not reconcile: {counts}")
-        index = pa.Table.from_pylist(self._index, schema=self.index_schema)
-        quarantine = pa.Table.from_pylist(self._quarantine, schema=QUARANTINE_SCHEMA)
-        index_entry = self._write_table("index.parquet", index)
-        quarantine_entry = self._write_table("quarantine.parquet", quarantine)
+        self._append("quarantine.parquet", self._quarantine, QUARANTINE_SCHEMA)
+        self._quarantine = []
+        index_entry = self._close("index.parquet", self.index_schema)
+        quarantine_entry = self._close("quarantine.parquet", QUARANTINE_SCHEMA)
         inputs_sha256 = self._inputs_digest.hexdigest()
         identity = json.dumps({"inputs": inputs_sha256, "schema": self.code.schema, "parser": self.code.parser,
                                "observation": self.code.observation, "source": source,
@@ -223,4 +235,6 @@ class ShardWriter:
         return PublishResult(final, manifest, reused=False)
 
     def abort(self) -> None:
+        for writer in self._side_writers.values():
+            writer.close()
         shutil.rmtree(self._tmp, ignore_errors=True)
