@@ -38,6 +38,12 @@ class ProtocolError(InputError):
     stage, reason = "parse", "protocol_error"
 
 
+class UnknownMessageError(ProtocolError):
+    """A protocol message that is not part of the Showdown protocol the parser knows."""
+
+    stage, reason = "parse", "unknown_message"
+
+
 class TruncatedBattleError(InputError):
     stage, reason = "validate", "truncated_battle"
 

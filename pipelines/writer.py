@@ -75,6 +75,7 @@ class ShardWriter:
     _pending: list[pa.Table] = field(init=False, default_factory=list)
     _pending_index: list[dict] = field(init=False, default_factory=list)
     _pending_bytes: int = field(init=False, default=0)
+    _pending_rows: int = field(init=False, default=0)
     _bytes_per_arrow_byte: float = field(init=False, default=0.25)
     _files: list[FileEntry] = field(init=False, default_factory=list)
     _quarantine: list[dict] = field(init=False, default_factory=list)
@@ -142,7 +143,7 @@ class ShardWriter:
         ids = table.column("trajectory_id").to_pylist()
         meta = {k: table.column(k).to_pylist() for k in ("battle_id", "format", "player_side", "result", "rating")}
         # Trajectories of one input are contiguous; record each one's offset within the pending shard.
-        pending_rows = sum(t.num_rows for t in self._pending)
+        pending_rows = self._pending_rows
         start = 0
         while start < len(ids):
             end = start
@@ -157,6 +158,7 @@ class ShardWriter:
         self.rows += table.num_rows
         self.unknown_words += sum(table.column("obs_unknown_words").to_pylist())
         self._pending.append(table)
+        self._pending_rows += table.num_rows
         self._pending_bytes += table.nbytes
         if self._pending_bytes * self._bytes_per_arrow_byte >= self.shard_size_bytes:
             self._flush()
@@ -173,7 +175,7 @@ class ShardWriter:
         self._bytes_per_arrow_byte = max(size / max(self._pending_bytes, 1), 1e-3)
         self._files.append(FileEntry(path=name, rows=table.num_rows, bytes=size, sha256=sha256_file(path)))
         self._append("index.parquet", [{**entry, "file": name} for entry in self._pending_index], self.index_schema)
-        self._pending, self._pending_index, self._pending_bytes = [], [], 0
+        self._pending, self._pending_index, self._pending_bytes, self._pending_rows = [], [], 0, 0
 
     def _append(self, name: str, rows: list[dict], schema: pa.Schema) -> None:
         writer = self._side_writers.get(name)

@@ -91,3 +91,27 @@ def test_hub_table_sources(ray_local, tmp_path, source):
     assert set(version.table(["format"]).column("format").to_pylist()) == {"gen9ou"}
     assert sorted(set(version.table(["rating"]).column("rating").to_pylist())) == [1350, 1500]
     assert Counter(version.index().column("result").to_pylist()) == {"win": 2, "loss": 2}
+
+
+def test_hub_download_resolves_and_pins_the_revision(monkeypatch, tmp_path):
+    """The network call is the hub's; what we own: resolve the revision to a commit, fetch only Parquet files of
+    the asked formats at that commit."""
+    import huggingface_hub
+
+    from pipelines.sources import replays
+
+    class FakeApi:
+        def dataset_info(self, repo, revision):
+            assert (repo, revision) == ("jakegrigsby/metamon-raw-replays", "v1")
+            return type("Info", (), {"sha": "c0ffee"})()
+
+        def list_repo_files(self, repo, repo_type, revision):
+            assert revision == "c0ffee"
+            return ["README.md", "data/gen1ou-0.parquet", "data/gen9ou-0.parquet", "data/gen9ou-1.parquet"]
+
+    fetched = []
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda **kw: fetched.append((kw["filename"],
+                                                                                          kw["revision"])))
+    assert replays.download("hf-raw", tmp_path, None, ["gen9ou"]) == "c0ffee"
+    assert fetched == [("data/gen9ou-0.parquet", "c0ffee"), ("data/gen9ou-1.parquet", "c0ffee")]

@@ -83,11 +83,50 @@ def test_gen9ou_golden_tera_forfeit_nicknames():
 def test_chat_and_timer_lines_carry_no_state():
     data, lines, rows = _replay("smogtours-gen9ou-733546")
     noise = ["|c|☆someone|hello |turn|99 not a turn", "|j|☆guest", "|raw|<b>html</b>", "|t:|1701612999",
-             "|inactive|timer", "|-unknownmessage|p1a: x|y", "|l|guest"]
+             "|inactive|timer", "|-hint|a hint", "|l|guest", "|-crit|p1a: x", "||", "plain text line"]
     noisy = [x for line in lines for x in ([line] + noise if line.startswith("|upkeep") else [line])]
     again = spectator_trajectories(noisy, DEXES[9], format_id="gen9ou", battle_id=data["id"])
     assert [r["obs_tokens"] for r in again] == [r["obs_tokens"] for r in rows]
     assert [r["action"] for r in again] == [r["action"] for r in rows]
+
+
+def test_unknown_messages_are_quarantined_not_ignored():
+    from pipelines.errors import UnknownMessageError
+
+    data, lines, _ = _replay("smogtours-gen9ou-733546")
+    odd = lines[:60] + ["|-teleportation|p1a: bozo bozo bozo|moon"] + lines[60:]
+    with pytest.raises(UnknownMessageError):
+        spectator_trajectories(odd, DEXES[9], format_id="gen9ou", battle_id=data["id"])
+
+
+def test_tie():
+    data, lines, _ = _replay("smogtours-gen1ou-733374")
+    win = next(i for i, line in enumerate(lines) if line.startswith("|win|"))
+    rows = spectator_trajectories(lines[:win] + ["|tie"], DEXES[1], format_id="gen1ou", battle_id=data["id"])
+    assert {r["result"] for r in rows} == {"tie"} and all(r["reward"] == 0.0 for r in rows)
+
+
+def test_matches_metamon_decisions_on_shared_samples():
+    """Metamon parsed the same two replays: same decision points, same forced switches, same kind of action
+    (move, switch, tera move, not visible) at each. Its slot orders differ (its team inference), so kinds."""
+    import lz4.frame
+
+    from pipelines.sources import metamon
+
+    def kind(action):
+        return "none" if action < 0 else "switch" if 4 <= action <= 8 else "tera" if action >= 9 else "move"
+
+    compared = 0
+    for name in ("smogtours-gen1ou-733374", "smogtours-gen9ou-733546"):
+        _, _, rows = _replay(name)
+        for path in sorted(shared_data("pokemon", "metamon_parsed").glob(f"{name}_*.json.lz4")):
+            theirs = json.loads(lz4.frame.decompress(path.read_bytes()))
+            ours = [r for r in rows if r["player_name"] == metamon.parse_name(path.name).player]
+            assert len(ours) == len(theirs["states"])
+            assert [r["state"]["forced_switch"] for r in ours] == [s["forced_switch"] for s in theirs["states"]]
+            assert [kind(r["action"]) for r in ours] == [kind(a) for a in theirs["actions"]]
+            compared += 1
+    assert compared == 4
 
 
 def test_cut_logs_and_impossible_states_are_typed_errors():

@@ -20,8 +20,9 @@ _TERA_OFFSET = NUM_MOVES + NUM_SWITCHES
 
 
 def _move_key(move_id: str) -> str:
-    """Request move ids carry Hidden Power's base power (``hiddenpowerfire60``); the dex does not."""
-    return move_id.rstrip("0123456789") if move_id.startswith("hiddenpower") else move_id
+    """Request move ids carry a variable base power (``hiddenpowerfire60``, ``return102``); dex ids do not, and
+    no move id ends in a digit."""
+    return move_id.rstrip("0123456789")
 
 
 class _Decision:

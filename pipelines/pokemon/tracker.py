@@ -12,22 +12,26 @@ as the Showdown client does; malformed lines raise ``ProtocolError``.
 
 from __future__ import annotations
 
-from pipelines.errors import ProtocolError
+from pipelines.errors import ProtocolError, UnknownMessageError
 from pipelines.pokemon.dex import Dex, UnknownDexEntry, to_id
 
 _BOOST_KEYS = {"atk": "atk_boost", "def": "def_boost", "spa": "spa_boost", "spd": "spd_boost", "spe": "spe_boost",
                "accuracy": "accuracy_boost", "evasion": "evasion_boost"}
 _STATUSES = {"brn", "frz", "par", "psn", "tox", "slp", "fnt"}
-# Lines with no effect on game state. Chat, join/leave, timers and client-only decorations.
+# Lines with no effect on the modelled game state: chat, room and timer messages, client decorations, and battle
+# messages that only describe (crits, misses, hints). Together with the handled kinds below they are every message
+# of the protocol (PROTOCOL.md and SIM-PROTOCOL.md of pokemon-showdown 0.11.11, plus what its simulator and server
+# emit); anything else is an unknown message and quarantines the battle.
 _IGNORED = frozenset(
-    "c c: chat j J l L n N b B raw html uhtml uhtmlchange t: inactive inactiveoff timer message error bigerror "
-    "debug seed gametype title rule clearpoke teampreview upkeep start split hint -hint -message -anim "
-    "-notarget -nothing -crit -supereffective -resisted -immune -miss -fail -block -center -combine -waiting "
-    "-prepare -mustrecharge -hitcount -singlemove -singleturn -zpower -zbroken -burst -primal -ohko "
-    "-fieldactivate -activate -candynamax rated badge done sentchoice askreg unlink name".split()
+    "c c: chat chatmsg chatmsg-raw j J join l L leave n N name b B raw html uhtml uhtmlchange t: : inactive "
+    "inactiveoff timer message error bigerror debug seed gametype title rule clearpoke teampreview upkeep start "
+    "split hint done sentchoice askreg unlink hidelines notify tempnotify tempnotifyoff badge rated init deinit "
+    "noinit expire choice variation warning custom spectator spectatorleave updatepoke showteam swap request "
+    "queryresponse userstats tournament zbroken "
+    "-hint -message -anim -notarget -nothing -crit -supereffective -resisted -immune -miss -fail -block -center "
+    "-combine -waiting -prepare -mustrecharge -hitcount -singlemove -singleturn -zpower -zbroken -burst -primal "
+    "-ohko -fieldactivate -activate -candynamax -primal -mega".split()
 )
-
-
 def _ident(raw: str) -> tuple[str, str]:
     """``p1a: Nick`` → (``p1``, ``Nick``)."""
     side, sep, name = raw.partition(": ")
@@ -165,9 +169,10 @@ class BattleTracker:
                 handler(parts)
             except (IndexError, ValueError, KeyError) as err:  # missing or malformed fields
                 raise ProtocolError(f"malformed {kind!r} line {line!r}: {type(err).__name__}: {err}") from err
-        elif kind in _IGNORED or kind == "" or kind.startswith("-"):
+        elif kind in _IGNORED or kind == "":
             return
-        # other unknown messages carry no state the tracker models (they are counted by callers if wanted)
+        else:
+            raise UnknownMessageError(f"unknown protocol message {kind!r} in {line[:200]!r}")
 
     # ------------------------------------------------------------------ helpers
     def _mon(self, raw_ident: str, details: str | None = None) -> Mon:
