@@ -28,18 +28,19 @@ import pyarrow as pa  # noqa: E402
 
 from pipelines.errors import InputError, ReadError  # noqa: E402
 
-SOURCES = ("generated", "metamon", "showdown-json", "hf-raw", "pokechamp")
+SOURCES = ("generated", "metamon", "showdown-json", "hf-raw", "pokechamp", "slp")
 DEFAULT_FORMATS = {"generated": ["gen9randombattle", "gen1ou"]}
 REPLAY_SOURCES = ("showdown-json", "hf-raw", "pokechamp")
 
 RESULT_SCHEMA = pa.schema([
     ("input_id", pa.string()), ("source", pa.string()), ("input_sha256", pa.string()), ("status", pa.string()),
     ("stage", pa.string()), ("error_type", pa.string()), ("reason", pa.string()), ("message", pa.string()),
-    ("dedupe_key", pa.string()), ("num_rows", pa.int64()), ("turns_ipc", pa.binary()),
+    ("dedupe_key", pa.string()), ("num_rows", pa.int64()), ("index_json", pa.string()), ("turns_ipc", pa.binary()),
 ])
 """One row per input out of the parse stage: its outcome and row count. The rows of a whole parse batch travel
 as one Arrow IPC stream on the batch's first result (one conversion per batch, not per input); the writer
-slices each written input's ``num_rows`` from it in order. ``dedupe_key`` names what must be unique (a battle)."""
+slices each written input's ``num_rows`` from it in order. ``dedupe_key`` names what must be unique (a battle, a
+game's bytes); ``index_json`` carries index rows a parser knows and the rows do not (a Melee game's metadata)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,14 +49,19 @@ class ParseConfig:
 
     Attributes:
         source: where inputs come from: ``generated`` (simulator battles), ``metamon`` (parsed .json.lz4),
-            ``showdown-json`` (replay JSON files), ``hf-raw`` or ``pokechamp`` (replay tables, Parquet).
+            ``showdown-json`` (replay JSON files), ``hf-raw`` or ``pokechamp`` (replay tables, Parquet), ``slp``
+            (Melee replays and their .zip/.7z/.tar/.tar.gz archives; synthetic games when --input is empty).
         out: output root; the version is published under OUT/<dataset>/<version>/.
         input: input folder or file; with --download, where hub files are put.
         formats: formats to keep (generated: formats to play); empty keeps all.
         min_rating: replays: keep battles rated at least this (unrated ones are dropped when set).
         date_from: replays: keep battles from this day on (YYYY-MM-DD).
         date_to: replays: keep battles up to this day (YYYY-MM-DD).
-        dataset: dataset folder name under OUT.
+        dataset: dataset folder name under OUT (default: the schema's name).
+        min_frames: slp: minimum unique frames of a game.
+        allow_cpu: slp: keep games with a CPU player.
+        hub_repo: slp: Hugging Face dataset to --download from.
+        hub_patterns: slp: file name patterns of the hub archives to --download (e.g. ``*FOX*``).
         num_battles: generated: battles per format.
         seed: generated: seed of all battles.
         p1: generated: policy of player 1 (random or heuristic).
@@ -78,7 +84,11 @@ class ParseConfig:
     min_rating: int | None = None
     date_from: str = ""
     date_to: str = ""
-    dataset: str = "pokemon_turns"
+    dataset: str = ""
+    min_frames: int = 1200
+    allow_cpu: bool = False
+    hub_repo: str = "erickfm/melee-ranked-replays"
+    hub_patterns: list[str] = field(default_factory=list)
     num_battles: int = 100
     seed: int = 0
     p1: str = "heuristic"
@@ -96,7 +106,7 @@ class ParseConfig:
     def __post_init__(self):
         if self.source not in SOURCES:
             raise ValueError(f"--source must be one of {SOURCES}, got {self.source!r}")
-        if self.source != "generated" and not self.input:
+        if self.source not in ("generated", "slp") and not self.input:
             raise ValueError(f"--source {self.source} needs --input (a folder or file of inputs)")
         if self.source == "metamon" and self.download and not self.formats:
             raise ValueError("--download needs --formats: the hub holds one archive per format")
@@ -116,12 +126,18 @@ class ParseConfig:
         return cls(source=source, out=out, **fields)
 
     @property
+    def schema_name(self) -> str:
+        return "melee_frames" if self.source == "slp" else "pokemon_turns"
+
+    @property
     def effective_formats(self) -> list[str]:
         return list(self.formats) or DEFAULT_FORMATS.get(self.source, [])
 
     def output_config(self) -> dict:
         """The fields that shape the output (they enter the version's identity)."""
         keep = {"source", "formats", "dataset", "shard_size_mb"}
+        if self.source == "slp":
+            keep |= {"min_frames", "allow_cpu"} | ({"num_battles", "seed"} if not self.input else set())
         if self.source in REPLAY_SOURCES:
             keep |= {"min_rating", "date_from", "date_to"}
         if self.source == "generated":
@@ -136,7 +152,8 @@ class ParseInputs:
     """Parses a batch of raw inputs; expensive set-up (dex, vocabulary) happens once per actor."""
 
     def __init__(self, source: str, formats: list[str], min_rating: int | None = None, date_from: str = "",
-                 date_to: str = ""):
+                 date_to: str = "", min_frames: int = 1200, allow_cpu: bool = False):
+        from pipelines.melee.slp import SlpFilters
         from pipelines.pokemon.dex import known_formats, load_dex
         from pipelines.pokemon.observation import vocabulary
         from pipelines.sources.replays import ReplayFilters
@@ -149,9 +166,24 @@ class ParseInputs:
         self.known_formats = known_formats()
         self.dexes = {g: load_dex(g) for g in range(1, 10)}
         self.schema = TURNS_SCHEMA
+        self.slp_filters = SlpFilters(min_frames=min_frames, allow_cpu=allow_cpu)
+        if source == "slp":
+            from shards_schema.melee import FRAMES_SCHEMA
+
+            self.schema = FRAMES_SCHEMA
         vocabulary()
 
-    def _parse_one(self, input_id: str, payload: bytes) -> tuple[list[dict], str | None]:
+    def _parse_one(self, input_id: str, payload: bytes) -> tuple[list[dict] | pa.Table, str | None, list | None]:
+        """(rows or a table, filter reason, index rows the rows cannot tell) for one input."""
+        if self.source == "slp":
+            from pipelines.melee.slp import parse_slp
+
+            table, info = parse_slp(payload, input_id=input_id, source=self.source, filters=self.slp_filters)
+            return (None, info, None) if table is None else (table, None, [info])
+        rows, reason = self._parse_pokemon(input_id, payload)
+        return rows, reason, None
+
+    def _parse_pokemon(self, input_id: str, payload: bytes) -> tuple[list[dict], str | None]:
         if self.source == "generated":
             from pipelines.sources import generated
 
@@ -167,6 +199,7 @@ class ParseInputs:
     def __call__(self, batch: pa.Table) -> pa.Table:
         import gc
         import hashlib
+        import json
 
         out, all_rows = [], []
         # The parsers allocate many small objects and free them by reference counting; the cyclic collector
@@ -178,19 +211,20 @@ class ParseInputs:
                 sha = hashlib.sha256(payload).hexdigest() if payload is not None else None
                 record = {"input_id": input_id, "source": self.source, "input_sha256": sha, "status": "written",
                           "stage": None, "error_type": None, "reason": None, "message": None, "dedupe_key": None,
-                          "num_rows": 0, "turns_ipc": None}
+                          "num_rows": 0, "index_json": None, "turns_ipc": None}
                 try:
                     if read_error is not None or payload is None:
                         raise ReadError(read_error or "input could not be read")
-                    rows, filter_reason = self._parse_one(input_id, payload)
+                    rows, filter_reason, index_rows = self._parse_one(input_id, payload)
                     if filter_reason is not None:
                         record.update(status="filtered", stage="filter", error_type="filter", reason=filter_reason,
                                       message=f"excluded by filter {filter_reason}")
-                    elif not rows:
+                    elif rows is None or len(rows) == 0:
                         record.update(status="filtered", stage="filter", error_type="filter", reason="no_decisions",
                                       message="the input holds no decision point")
                     else:
-                        record.update(num_rows=len(rows), dedupe_key=self._dedupe_key(rows))
+                        record.update(num_rows=len(rows), dedupe_key=self._dedupe_key(rows, index_rows),
+                                      index_json=json.dumps(index_rows) if index_rows else None)
                         all_rows.append(rows)
                 except InputError as err:
                     record.update(status="quarantined", stage=err.stage, error_type=type(err).__name__,
@@ -215,6 +249,8 @@ class ParseInputs:
         only the offending inputs are quarantined."""
         from shards_schema.declare import to_table
 
+        if isinstance(per_input[0], pa.Table):  # columnar parsers (Melee) build their tables themselves
+            return pa.concat_tables(per_input)
         try:
             return to_table([r for rows in per_input for r in rows], self.schema)
         except (ValueError, TypeError, KeyError, pa.ArrowException):
@@ -229,9 +265,11 @@ class ParseInputs:
                               num_rows=0, dedupe_key=None)
         return pa.concat_tables(tables) if tables else self.schema.empty_table()
 
-    def _dedupe_key(self, rows: list[dict]) -> str | None:
+    def _dedupe_key(self, rows, index_rows: list | None) -> str | None:
         """Generated battles are unique by construction; a Metamon file is one player's trajectory (two per
-        battle); replay logs are one battle each."""
+        battle); replay logs are one battle each; a Melee game is its file's bytes."""
+        if self.source == "slp":
+            return index_rows[0]["game_id"]
         if self.source == "generated":
             return None
         if self.source == "metamon":
@@ -313,6 +351,8 @@ def read_stage(cfg: ParseConfig):
         return ds, len(plan), generated.generator_revision()
     if cfg.source in REPLAY_SOURCES:
         return _read_replays(cfg)
+    if cfg.source == "slp":
+        return _read_slp(cfg)
     from pipelines.sources import metamon
 
     root = Path(cfg.input).resolve()
@@ -327,6 +367,34 @@ def read_stage(cfg: ParseConfig):
     ds = ds.flat_map(_read_metamon, num_cpus=cfg.cpus_per_actor)
     revision = cfg.revision or metamon.HUB_REVISION
     return ds, len(items), f"{metamon.HUB_REPO}@{revision}" if cfg.download else None
+
+
+def _read_slp_item(item: dict) -> list[dict]:
+    from pipelines.melee import sources
+
+    if "synthetic" in item:
+        return [{"input_id": f"synthetic-{item['synthetic']:06d}.slp",
+                 "payload": sources.synthetic_game(item["synthetic"], item["seed"]), "read_error": None}]
+    return [{"input_id": mid, "payload": data, "read_error": err}
+            for mid, data, err in sources.iter_path(item["path"], item["root"])]
+
+
+def _read_slp(cfg: ParseConfig):
+    import ray.data
+
+    from pipelines.melee import sources
+
+    revision = None
+    if not cfg.input:  # the built-in default: synthetic games, no download
+        items = [{"synthetic": i, "seed": cfg.seed} for i in range(cfg.num_battles)]
+        revision = "synthetic"
+    else:
+        root = Path(cfg.input).resolve()
+        if cfg.download:
+            revision = sources.download(cfg.hub_repo, root, cfg.revision or None, cfg.hub_patterns)
+        items = [{"path": p, "root": str(root)} for p in sources.list_inputs(root)]
+    ds = ray.data.from_items(items, override_num_blocks=max(1, min(len(items), 1000)))
+    return ds.flat_map(_read_slp_item, num_cpus=cfg.cpus_per_actor), len(items), revision
 
 
 def _read_replays(cfg: ParseConfig):
@@ -374,8 +442,9 @@ def run(cfg: ParseConfig, *, log=print):
     import ray.data
 
     from pipelines.writer import ShardWriter
+    from shards_schema.melee import FRAMES_SCHEMA, GAMES_SCHEMA
     from shards_schema.pokemon import INDEX_SCHEMA, TURNS_SCHEMA
-    from shards_schema.versions import POKEMON_TURNS
+    from shards_schema.versions import MELEE_FRAMES, POKEMON_TURNS
 
     init_ray(cfg)
     ctx = ray.data.DataContext.get_current()
@@ -388,11 +457,13 @@ def run(cfg: ParseConfig, *, log=print):
         compute=ray.data.ActorPoolStrategy(size=cfg.num_parse_actors),
         num_cpus=cfg.cpus_per_actor,
         fn_constructor_kwargs={"source": cfg.source, "formats": cfg.effective_formats,
-                               "min_rating": cfg.min_rating, "date_from": cfg.date_from, "date_to": cfg.date_to},
+                               "min_rating": cfg.min_rating, "date_from": cfg.date_from, "date_to": cfg.date_to,
+                               "min_frames": cfg.min_frames, "allow_cpu": cfg.allow_cpu},
     )
-    writer = ShardWriter(out_root=Path(cfg.out).resolve(), dataset=cfg.dataset, schema=TURNS_SCHEMA,
-                         index_schema=INDEX_SCHEMA, code=POKEMON_TURNS,
-                         shard_size_bytes=int(cfg.shard_size_mb * 1024 * 1024))
+    schema, index_schema, code = ((FRAMES_SCHEMA, GAMES_SCHEMA, MELEE_FRAMES) if cfg.source == "slp"
+                                  else (TURNS_SCHEMA, INDEX_SCHEMA, POKEMON_TURNS))
+    writer = ShardWriter(out_root=Path(cfg.out).resolve(), dataset=cfg.dataset or cfg.schema_name, schema=schema,
+                         index_schema=index_schema, code=code, shard_size_bytes=int(cfg.shard_size_mb * 1024 * 1024))
     start = last = time.monotonic()
     try:
         for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):

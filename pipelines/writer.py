@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shards_schema.manifest import MANIFEST_FORMAT, Counts, FileEntry, Manifest
@@ -26,6 +27,8 @@ from shards_schema.reader import sha256_file
 from shards_schema.versions import CodeVersions
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+_ROW_GROUP_ROWS = 16_384
+"""Small enough that a reader fetches a trajectory or a window of frames by reading one or two row groups."""
 _PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3, "use_dictionary": True, "write_statistics": True}
 
 
@@ -37,6 +40,21 @@ def git_commit() -> str:
         return out.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def _trajectory_index(table: pa.Table) -> list[dict]:
+    """Index rows of ``pokemon_turns`` rows: the trajectories of one input are contiguous."""
+    ids = table.column("trajectory_id").to_pylist()
+    meta = {k: table.column(k).to_pylist() for k in ("battle_id", "format", "player_side", "result", "rating")}
+    out, start = [], 0
+    while start < len(ids):
+        end = start
+        while end < len(ids) and ids[end] == ids[start]:
+            end += 1
+        out.append({"trajectory_id": ids[start], **{k: v[start] for k, v in meta.items()}, "row_start": start,
+                    "num_rows": end - start})
+        start = end
+    return out
 
 
 class VersionConflictError(RuntimeError):
@@ -124,7 +142,8 @@ class ShardWriter:
                 else:
                     self._seen.add(digest)
         if status == "written":
-            self._add_table(result["input_id"], table)
+            index_json = result.get("index_json")
+            self._add_table(result["input_id"], table, json.loads(index_json) if index_json else None)
             self.written += 1
             return
         counter = self.filtered if status == "filtered" else self.quarantined
@@ -138,25 +157,19 @@ class ShardWriter:
             self._append("quarantine.parquet", self._quarantine, QUARANTINE_SCHEMA)
             self._quarantine = []
 
-    def _add_table(self, input_id: str, table: pa.Table) -> None:
+    def _add_table(self, input_id: str, table: pa.Table, index_rows: list[dict] | None = None) -> None:
+        """Queue one input's rows. ``index_rows`` (row offsets relative to the input) come from parsers whose
+        index is not derivable from the rows (Melee games); Pokémon trajectories are found from the rows."""
         table = table.cast(self.schema) if not table.schema.equals(self.schema) else table
-        ids = table.column("trajectory_id").to_pylist()
-        meta = {k: table.column(k).to_pylist() for k in ("battle_id", "format", "player_side", "result", "rating")}
-        # Trajectories of one input are contiguous; record each one's offset within the pending shard.
         pending_rows = self._pending_rows
-        start = 0
-        while start < len(ids):
-            end = start
-            while end < len(ids) and ids[end] == ids[start]:
-                end += 1
-            self._pending_index.append({
-                "trajectory_id": ids[start], **{k: v[start] for k, v in meta.items()}, "input_id": input_id,
-                "row_start": pending_rows + start, "num_rows": end - start,
-            })
-            start = end
-        self.trajectories += len(set(ids))
+        if index_rows is None:
+            index_rows = _trajectory_index(table)
+        for row in index_rows:
+            self._pending_index.append({**row, "input_id": input_id, "row_start": pending_rows + row["row_start"]})
+        self.trajectories += len(index_rows)
         self.rows += table.num_rows
-        self.unknown_words += sum(table.column("obs_unknown_words").to_pylist())
+        if "obs_unknown_words" in table.column_names:
+            self.unknown_words += pc.sum(table.column("obs_unknown_words")).as_py() or 0
         self._pending.append(table)
         self._pending_rows += table.num_rows
         self._pending_bytes += table.nbytes
@@ -169,7 +182,7 @@ class ShardWriter:
         name = f"part-{len(self._files):05d}.parquet"
         table = pa.concat_tables(self._pending)
         path = self._tmp / name
-        pq.write_table(table, path, **_PARQUET_OPTIONS)
+        pq.write_table(table, path, row_group_size=_ROW_GROUP_ROWS, **_PARQUET_OPTIONS)
         size = path.stat().st_size
         # Learn the compression ratio from real shards so later shards land near the target size.
         self._bytes_per_arrow_byte = max(size / max(self._pending_bytes, 1), 1e-3)

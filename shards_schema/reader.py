@@ -30,9 +30,10 @@ def sha256_file(path: Path, chunk_bytes: int = 1 << 22) -> str:
 
 
 def _declared_schemas(schema_name: str) -> tuple[pa.Schema, pa.Schema]:
+    from shards_schema.melee import FRAMES_SCHEMA, GAMES_SCHEMA
     from shards_schema.pokemon import INDEX_SCHEMA, TURNS_SCHEMA
 
-    schemas = {"pokemon_turns": (TURNS_SCHEMA, INDEX_SCHEMA)}
+    schemas = {"pokemon_turns": (TURNS_SCHEMA, INDEX_SCHEMA), "melee_frames": (FRAMES_SCHEMA, GAMES_SCHEMA)}
     return schemas[schema_name]
 
 
@@ -83,18 +84,42 @@ class ShardVersion:
 
         return ray.data.read_parquet([str(f) for f in self.files], columns=columns)
 
-    def trajectory(self, trajectory_id: str) -> pa.Table:
-        """All rows of one trajectory, read through the index without scanning other files."""
+    def rows(self, file: str, start: int, count: int, columns: list[str] | None = None) -> pa.Table:
+        """Rows ``start .. start+count`` of one shard, reading only the row groups that hold them."""
+        parquet = pq.ParquetFile(self.path / file)
+        groups, offset, first_offset = [], 0, None
+        for g in range(parquet.metadata.num_row_groups):
+            n = parquet.metadata.row_group(g).num_rows
+            if offset + n > start and offset < start + count:
+                groups.append(g)
+                first_offset = offset if first_offset is None else first_offset
+            offset += n
+        if not groups:
+            raise IndexError(f"rows {start}..{start + count} are not in {file}")
+        return parquet.read_row_groups(groups, columns=columns).slice(start - first_offset, count)
+
+    def _index_row(self, key: str, value: str) -> dict:
         import pyarrow.compute as pc
 
         index = self.index()
-        hit = index.filter(pc.equal(index["trajectory_id"], trajectory_id))
+        hit = index.filter(pc.equal(index[key], value))
         if hit.num_rows != 1:
-            raise KeyError(f"trajectory {trajectory_id!r} is not in {self.path}")
-        row = hit.to_pylist()[0]
-        parquet = pq.ParquetFile(self.path / row["file"])
-        table = parquet.read()  # row groups are not aligned to trajectories; one file stays bounded by shard size
-        return table.slice(row["row_start"], row["num_rows"])
+            raise KeyError(f"{key} {value!r} is not in {self.path}")
+        return hit.to_pylist()[0]
+
+    def trajectory(self, trajectory_id: str) -> pa.Table:
+        """All rows of one trajectory, read through the index without scanning other files."""
+        row = self._index_row("trajectory_id", trajectory_id)
+        return self.rows(row["file"], row["row_start"], row["num_rows"])
+
+    def window(self, game_id: str, first_frame: int, num_frames: int, columns: list[str] | None = None) -> pa.Table:
+        """``num_frames`` consecutive frames of a Melee game from ``first_frame`` (a game's frames are stored
+        contiguous and in order), read through the games index."""
+        row = self._index_row("game_id", game_id)
+        offset = first_frame - row["first_frame"]
+        if offset < 0 or offset + num_frames > row["num_rows"]:
+            raise IndexError(f"frames {first_frame}..{first_frame + num_frames - 1} are outside game {game_id}")
+        return self.rows(row["file"], row["row_start"] + offset, num_frames, columns)
 
 
 def _verify_file(version_dir: Path, entry: FileEntry, *, check_sha256: bool) -> None:

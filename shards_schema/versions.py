@@ -38,7 +38,15 @@ POKEMON_TURNS = CodeVersions(
     refeaturize_command="python pipelines/refeaturize.py --input <this version folder> --out <dir>",
 )
 
-CODE_VERSIONS: dict[str, CodeVersions] = {"pokemon_turns": POKEMON_TURNS}
+MELEE_FRAMES = CodeVersions(
+    schema="1.0.0",
+    parser="1.0.0",
+    observation="0.0.0",
+    reparse_command="python pipelines/parse_replays.py --source slp --input <replays> --out <dir>",
+    refeaturize_command=None,
+)
+
+CODE_VERSIONS: dict[str, CodeVersions] = {"pokemon_turns": POKEMON_TURNS, "melee_frames": MELEE_FRAMES}
 
 UPGRADE_COMMAND = "git pull && make setup"
 

@@ -116,6 +116,7 @@ class SpectatorParser:
         self.used_tera = {"p1": False, "p2": False}
         self.moved_this_turn = False
         self._own_memo: dict[tuple, dict] = {}
+        self._benches: dict[str, list[list[str]]] = {"p1": [], "p2": []}  # switch targets behind each decision
 
     # ------------------------------------------------------------------ rendering
     def _own(self, side: Side, nick: str, mon: Mon | None) -> dict:
@@ -178,7 +179,6 @@ class SpectatorParser:
         state, bench = self._render(side_id, forced)
         self.steps[side_id].append((state, -1, derived_mask(state)))
         self.turns[side_id].append(self.tracker.turn)
-        self._benches = getattr(self, "_benches", {"p1": [], "p2": []})
         self._benches[side_id].append(bench)
         return len(self.steps[side_id]) - 1
 

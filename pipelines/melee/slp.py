@@ -1,0 +1,306 @@
+"""One Slippi replay (.slp bytes) → per-frame rows of the ``melee_frames`` schema and one games-index row.
+
+Built on peppi (Rust) through peppi-py 0.8.6: its Python wrapper drops items, so this reads the raw Arrow frames
+(``peppi_py._peppi.read_slippi``), which keep them in the ``item`` list of each frame. Everything is columnar:
+rollback dedupe, version gating and projectile summaries are numpy/Arrow operations over whole games.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipelines.errors import InputError
+from shards_schema.melee import FRAMES_SCHEMA, PROJECTILE_SLOTS, PROJECTILE_TYPE
+
+# Character-made items (Mario's fireball .. Mario/Luigi coin in peppi's item enum). Not projectiles: regular items
+# (0-42), stage enemies (43-47), Pokémon and their attacks (160-206), stage entities such as Shy Guys (208+).
+PROJECTILE_TYPES = (48, 159)
+END_METHODS = {"Unresolved": 0, "Time": 1, "Game": 2, "Resolved": 3, "NoContest": 7}
+PORTS = ("P1", "P2", "P3", "P4")
+
+
+class SlpError(InputError):
+    """peppi could not read the file (corrupt, truncated, or an event table it rejects)."""
+
+    stage, reason = "parse", "unreadable_slp"
+
+
+class NonContiguousFramesError(InputError):
+    stage, reason = "validate", "non_contiguous_frames"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlpFilters:
+    """Which games to keep (defaults as public training sets use).
+
+    Attributes:
+        min_frames: minimum unique frames (about 20 s of play by default).
+        allow_cpu: keep games with a CPU player.
+        min_version: lowest Slippi version accepted.
+        max_major: highest major Slippi version whose layout this parser knows.
+    """
+
+    min_frames: int = 1200
+    allow_cpu: bool = False
+    min_version: tuple[int, int, int] = (0, 1, 0)
+    max_major: int = 3
+
+
+def _read(data: bytes):
+    import peppi_py._peppi as peppi
+
+    # peppi reads paths; a tmpfs file keeps archive members off the disk
+    directory = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.NamedTemporaryFile(suffix=".slp", dir=directory) as fh:
+        fh.write(data)
+        fh.flush()
+        try:
+            return peppi.read_slippi(fh.name, False)
+        except BaseException as err:  # noqa: BLE001 - peppi raises OSError/ValueError/pyo3 panics on bad files
+            if isinstance(err, (KeyboardInterrupt, SystemExit)):
+                raise
+            raise SlpError(f"peppi cannot read it: {type(err).__name__}: {str(err)[:300]}") from err
+
+
+def _field(struct: pa.StructArray | None, *path: str) -> pa.Array | None:
+    for name in path:
+        if struct is None or struct.type.get_field_index(name) < 0:
+            return None
+        struct = struct.field(name)
+    return struct
+
+
+def _col(array: pa.Array | None, n: int, arrow_type: pa.DataType, present: bool = True) -> pa.Array:
+    """The column cast to its declared type, or all null when the version does not record it."""
+    if array is None or not present:
+        return pa.nulls(n, type=arrow_type)
+    return array.cast(arrow_type)
+
+
+def _character(frames_post: pa.StructArray, n: int, version: tuple, validity: pa.Array | None) -> pa.StructArray:
+    from shards_schema.melee import FRAMES_SCHEMA as S
+
+    t = S.field("p0").type.field("leader").type
+    v = version
+    vel = _field(frames_post, "velocities")
+    cols = {
+        "character": _field(frames_post, "character"), "action_state": _field(frames_post, "state"),
+        "state_age": _col(_field(frames_post, "state_age"), n, pa.float32(), v >= (0, 2)),
+        "x": _field(frames_post, "position", "x"), "y": _field(frames_post, "position", "y"),
+        "facing": _field(frames_post, "direction"), "percent": _field(frames_post, "percent"),
+        "shield": _field(frames_post, "shield"), "stocks": _field(frames_post, "stocks"),
+        "jumps_left": _col(_field(frames_post, "jumps"), n, pa.uint8(), v >= (2, 0)),
+        "airborne": _col(_field(frames_post, "airborne"), n, pa.bool_(), v >= (2, 0)),
+        "l_cancel": _col(_field(frames_post, "l_cancel"), n, pa.uint8(), v >= (2, 0)),
+        "hurtbox_state": _col(_field(frames_post, "hurtbox_state"), n, pa.uint8(), v >= (2, 1)),
+        "ground_id": _col(_field(frames_post, "ground"), n, pa.uint16(), v >= (2, 0)),
+        "last_attack_landed": _field(frames_post, "last_attack_landed"),
+        "hitlag": _col(_field(frames_post, "hitlag"), n, pa.float32(), v >= (3, 8)),
+        "combo_count": _field(frames_post, "combo_count"),
+        "vel_self_x_air": _col(_field(vel, "self_x_air"), n, pa.float32(), v >= (3, 5)),
+        "vel_self_y": _col(_field(vel, "self_y"), n, pa.float32(), v >= (3, 5)),
+        "vel_attack_x": _col(_field(vel, "knockback_x"), n, pa.float32(), v >= (3, 5)),
+        "vel_attack_y": _col(_field(vel, "knockback_y"), n, pa.float32(), v >= (3, 5)),
+        "vel_self_x_ground": _col(_field(vel, "self_x_ground"), n, pa.float32(), v >= (3, 5)),
+    }
+    arrays = [_col(cols[f.name], n, f.type) for f in t]
+    return pa.StructArray.from_arrays(arrays, fields=list(t), mask=validity)
+
+
+def _controller(pre: pa.StructArray, n: int) -> pa.StructArray:
+    t = FRAMES_SCHEMA.field("p0").type.field("controller").type
+    cols = {
+        "buttons": _field(pre, "buttons_physical"), "main_x": _field(pre, "joystick", "x"),
+        "main_y": _field(pre, "joystick", "y"), "c_x": _field(pre, "cstick", "x"), "c_y": _field(pre, "cstick", "y"),
+        "trigger": _field(pre, "triggers"), "trigger_l": _field(pre, "triggers_physical", "l"),
+        "trigger_r": _field(pre, "triggers_physical", "r"),
+    }
+    return pa.StructArray.from_arrays([_col(cols[f.name], n, f.type) for f in t], fields=list(t))
+
+
+@dataclass
+class _Projectiles:
+    """Flattened active projectiles of a game: one entry per (frame, projectile)."""
+
+    frame: np.ndarray  # row index of the frame
+    type: np.ndarray
+    state: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    vx: np.ndarray
+    vy: np.ndarray
+    owner: np.ndarray | None  # None: the version does not record owners
+    spawn_id: np.ndarray
+
+
+def _projectiles(items: pa.ListArray, version: tuple) -> _Projectiles:
+    parents = pc.list_parent_indices(items).to_numpy()
+    flat = pc.list_flatten(items)
+    types = flat.field("type").to_numpy()
+    keep = (types >= PROJECTILE_TYPES[0]) & (types <= PROJECTILE_TYPES[1])
+    spawn = flat.field("id").to_numpy()
+    order = np.lexsort((spawn[keep], parents[keep]))  # by frame, then spawn id
+
+    def col(arr):
+        return np.asarray(arr)[keep][order]
+
+    owner = col(flat.field("owner").to_numpy()) if version >= (3, 6) and flat.type.get_field_index("owner") >= 0 \
+        else None
+    return _Projectiles(
+        frame=parents[keep][order].astype(np.int64), type=col(types), state=col(flat.field("state").to_numpy()),
+        x=col(flat.field("position").field("x").to_numpy()), y=col(flat.field("position").field("y").to_numpy()),
+        vx=col(flat.field("velocity").field("x").to_numpy()), vy=col(flat.field("velocity").field("y").to_numpy()),
+        owner=owner, spawn_id=col(spawn),
+    )
+
+
+def _slots(p: _Projectiles, n: int) -> tuple[pa.Array, pa.Array]:
+    """(num_projectiles, K slots by spawn id) per frame."""
+    counts = np.bincount(p.frame, minlength=n).astype(np.int64) if len(p.frame) else np.zeros(n, np.int64)
+    starts = np.zeros(n, np.int64)
+    starts[1:] = np.cumsum(counts)[:-1]
+    rank = np.arange(len(p.frame), dtype=np.int64) - starts[p.frame]
+    take = rank < PROJECTILE_SLOTS
+    slot_index = p.frame[take] * PROJECTILE_SLOTS + rank[take]
+    size = n * PROJECTILE_SLOTS
+    valid = np.zeros(size, bool)
+    valid[slot_index] = True
+
+    def spread(values, dtype):
+        out = np.zeros(size, dtype)
+        out[slot_index] = values[take]
+        return out
+
+    owner = None if p.owner is None else spread(p.owner, np.int8)
+    fields = {
+        "type": pa.array(spread(p.type, np.uint16)), "state": pa.array(spread(p.state, np.uint8)),
+        "x": pa.array(spread(p.x, np.float32)), "y": pa.array(spread(p.y, np.float32)),
+        "vx": pa.array(spread(p.vx, np.float32)), "vy": pa.array(spread(p.vy, np.float32)),
+        "owner": pa.nulls(size, pa.int8()) if owner is None else pa.array(owner, mask=~valid | (owner < 0)),
+        "spawn_id": pa.array(spread(p.spawn_id, np.uint32)),
+    }
+    structs = pa.StructArray.from_arrays([fields[f.name] for f in PROJECTILE_TYPE], fields=list(PROJECTILE_TYPE),
+                                         mask=pa.array(~valid))
+    slots = pa.FixedSizeListArray.from_arrays(structs, PROJECTILE_SLOTS)
+    return pa.array(counts.astype(np.uint8), pa.uint8()), slots
+
+
+def _nearest(p: _Projectiles, n: int, me_x: np.ndarray, me_y: np.ndarray, foe_port: int):
+    """Offset and type of the nearest projectile owned by the opponent, per frame (null where none/unknown)."""
+    if p.owner is None:
+        return pa.nulls(n, pa.float32()), pa.nulls(n, pa.float32()), pa.nulls(n, pa.uint16())
+    mine = p.owner == foe_port
+    frame = p.frame[mine]
+    dx = p.x[mine] - me_x[frame]
+    dy = p.y[mine] - me_y[frame]
+    order = np.lexsort((dx * dx + dy * dy, frame))
+    first = np.unique(frame[order], return_index=True)[1]
+    best = order[first]
+    out_dx, out_dy, out_t = np.zeros(n, np.float32), np.zeros(n, np.float32), np.zeros(n, np.uint16)
+    valid = np.zeros(n, bool)
+    out_dx[frame[best]], out_dy[frame[best]], out_t[frame[best]] = dx[best], dy[best], p.type[mine][best]
+    valid[frame[best]] = True
+    return pa.array(out_dx, mask=~valid), pa.array(out_dy, mask=~valid), pa.array(out_t, mask=~valid)
+
+
+def parse_slp(data: bytes, *, input_id: str, source: str, filters: SlpFilters) -> tuple[pa.Table | None, dict | str]:
+    """(frames table, games-index row without file/row_start) or (None, filter reason)."""
+    game = _read(data)
+    start = game.start
+    version = tuple(start["slippi"]["version"][:3])
+    if version < filters.min_version or version[0] > filters.max_major:
+        return None, "unsupported_version"
+    players = [pl for pl in start["players"] if pl.get("type") not in (None, "Empty")]
+    if len(players) != 2:
+        return None, "not_two_players"
+    if not filters.allow_cpu and any(pl.get("type") == "Cpu" for pl in players):
+        return None, "cpu_player"
+    frames = game.frames
+    if frames is None or len(frames) == 0:
+        raise SlpError("the replay has no frames")
+    ids = frames.field("id").to_numpy()
+    # Rollback re-sends frames with the same id: keep the last copy of each (it is the one the game kept).
+    unique_ids, last_from_end = np.unique(ids[::-1], return_index=True)
+    keep = len(ids) - 1 - last_from_end
+    if len(unique_ids) and (unique_ids[-1] - unique_ids[0] + 1) != len(unique_ids):
+        raise NonContiguousFramesError(f"frame ids {unique_ids[0]}..{unique_ids[-1]} have gaps after rollback dedupe")
+    if len(unique_ids) < filters.min_frames:
+        return None, "too_short"
+    frames = frames.take(pa.array(keep))
+    n = len(frames)
+    port_names = [pl["port"] for pl in players]
+    port_structs = frames.field("ports")
+    items = frames.field("item") if version >= (3, 0) and frames.type.get_field_index("item") >= 0 else None
+    proj = _projectiles(items, version) if items is not None else None
+    player_arrays, positions = [], []
+    for name in port_names:
+        port = port_structs.field(name)
+        leader = port.field("leader")
+        post = leader.field("post")
+        positions.append((post.field("position").field("x").to_numpy(), post.field("position").field("y").to_numpy()))
+    for i, name in enumerate(port_names):
+        port = port_structs.field(name)
+        leader = port.field("leader")
+        follower = _field(port, "follower")
+        nana = None
+        if follower is not None and _field(follower, "post") is not None:
+            nana = _character(follower.field("post"), n, version, pc.is_null(follower.field("post")))
+        if proj is not None:
+            foe = PORTS.index(port_names[1 - i])
+            near = _nearest(proj, n, positions[i][0], positions[i][1], foe)
+        else:
+            near = (pa.nulls(n, pa.float32()), pa.nulls(n, pa.float32()), pa.nulls(n, pa.uint16()))
+        t = FRAMES_SCHEMA.field("p0").type
+        values = {
+            "port": pa.array(np.full(n, PORTS.index(name), np.uint8)),
+            "controller": _controller(leader.field("pre"), n),
+            "leader": _character(leader.field("post"), n, version, None),
+            "nana": nana if nana is not None else pa.nulls(n, t.field("nana").type),
+            "nearest_projectile_dx": near[0], "nearest_projectile_dy": near[1], "nearest_projectile_type": near[2],
+        }
+        player_arrays.append(pa.StructArray.from_arrays([values[f.name] for f in t], fields=list(t)))
+    if proj is not None:
+        num, slots = _slots(proj, n)
+    else:
+        num = pa.nulls(n, pa.uint8())
+        slots = pa.nulls(n, FRAMES_SCHEMA.field("projectiles").type)
+    game_id = hashlib.sha256(data).hexdigest()
+    table = pa.Table.from_arrays(
+        [pa.array([game_id] * n, pa.string()), pa.array(unique_ids.astype(np.int32)), player_arrays[0],
+         player_arrays[1], num, slots], schema=FRAMES_SCHEMA)
+    stocks = [post.field("stocks").to_numpy() for post in
+              (port_structs.field(nm).field("leader").field("post") for nm in port_names)]
+    return table, {
+        "game_id": game_id, "source": source, "input_id": input_id,
+        "slippi_version": ".".join(map(str, version)), "stage": int(start["stage"]),
+        "ports": [PORTS.index(nm) for nm in port_names],
+        "characters_external": [int(pl["character"]) for pl in players],
+        "characters_internal": [int(port_structs.field(nm).field("leader").field("post").field("character")[0]
+                                    .as_py()) for nm in port_names],
+        "player_types": [1 if pl.get("type") == "Cpu" else 0 for pl in players],
+        "start_time": (game.metadata or {}).get("startAt"),
+        "end_method": END_METHODS.get((game.end or {}).get("method")) if game.end else None,
+        "winner_port": _winner(game.end, port_names, stocks),
+        "first_frame": int(unique_ids[0]), "num_frames": n, "rollback_frames": int(len(ids) - n),
+    }
+
+
+def _winner(end: dict | None, port_names: list[str], stocks: list[np.ndarray]) -> int | None:
+    placements = (end or {}).get("players")
+    if placements:
+        for entry in placements:
+            if entry.get("placement") == 0 and entry.get("port") in port_names:
+                return PORTS.index(entry["port"])
+    last = [int(s[-1]) for s in stocks]
+    if last[0] > 0 and last[1] == 0:
+        return PORTS.index(port_names[0])
+    if last[1] > 0 and last[0] == 0:
+        return PORTS.index(port_names[1])
+    return None
