@@ -441,7 +441,7 @@ def run(cfg: ParseConfig, *, log=print):
     """Run the job; returns the writer's ``PublishResult``."""
     import ray.data
 
-    from pipelines.writer import ShardWriter
+    from pipelines.writer import FRAME_PARQUET_OPTIONS, ShardWriter
     from shards_schema.melee import FRAMES_SCHEMA, GAMES_SCHEMA
     from shards_schema.pokemon import INDEX_SCHEMA, TURNS_SCHEMA
     from shards_schema.versions import MELEE_FRAMES, POKEMON_TURNS
@@ -463,7 +463,8 @@ def run(cfg: ParseConfig, *, log=print):
     schema, index_schema, code = ((FRAMES_SCHEMA, GAMES_SCHEMA, MELEE_FRAMES) if cfg.source == "slp"
                                   else (TURNS_SCHEMA, INDEX_SCHEMA, POKEMON_TURNS))
     writer = ShardWriter(out_root=Path(cfg.out).resolve(), dataset=cfg.dataset or cfg.schema_name, schema=schema,
-                         index_schema=index_schema, code=code, shard_size_bytes=int(cfg.shard_size_mb * 1024 * 1024))
+                         index_schema=index_schema, code=code, shard_size_bytes=int(cfg.shard_size_mb * 1024 * 1024),
+                         parquet_options=FRAME_PARQUET_OPTIONS if cfg.source == "slp" else None)
     start = last = time.monotonic()
     try:
         for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):

@@ -81,7 +81,7 @@ def _col(array: pa.Array | None, n: int, arrow_type: pa.DataType, present: bool 
     """The column cast to its declared type, or all null when the version does not record it."""
     if array is None or not present:
         return pa.nulls(n, type=arrow_type)
-    return array.cast(arrow_type)
+    return array if array.type == arrow_type else array.cast(arrow_type)
 
 
 def _character(frames_post: pa.StructArray, n: int, version: tuple, validity: pa.Array | None) -> pa.StructArray:
@@ -111,7 +111,22 @@ def _character(frames_post: pa.StructArray, n: int, version: tuple, validity: pa
         "vel_self_x_ground": _col(_field(vel, "self_x_ground"), n, pa.float32(), v >= (3, 5)),
     }
     arrays = [_col(cols[f.name], n, f.type) for f in t]
+    if validity is not None:  # slots of absent Nana must still hold valid values in non-nullable children
+        arrays = [a if f.nullable or not a.null_count else pc.fill_null(a, pa.scalar(0, f.type) if f.type != pa.bool_()
+                  else False) for a, f in zip(arrays, t, strict=True)]
     return pa.StructArray.from_arrays(arrays, fields=list(t), mask=validity)
+
+
+def _null_structs(n: int, arrow_type: pa.DataType) -> pa.Array:
+    """n nulls whose child slots hold default values (``pa.nulls`` leaves them null, which Parquet rejects for
+    non-nullable children)."""
+    all_null = pa.array(np.ones(n, bool))
+    if pa.types.is_fixed_size_list(arrow_type):
+        child = _null_structs(n * arrow_type.list_size, arrow_type.value_type)
+        return pa.FixedSizeListArray.from_arrays(child, arrow_type.list_size, mask=all_null)
+    children = [pa.array(np.zeros(n, f.type.to_pandas_dtype())).cast(f.type) if f.type != pa.string()
+                else pa.array([""] * n) for f in arrow_type]
+    return pa.StructArray.from_arrays(children, fields=list(arrow_type), mask=all_null)
 
 
 def _controller(pre: pa.StructArray, n: int) -> pa.StructArray:
@@ -233,7 +248,8 @@ def parse_slp(data: bytes, *, input_id: str, source: str, filters: SlpFilters) -
         raise NonContiguousFramesError(f"frame ids {unique_ids[0]}..{unique_ids[-1]} have gaps after rollback dedupe")
     if len(unique_ids) < filters.min_frames:
         return None, "too_short"
-    frames = frames.take(pa.array(keep))
+    if len(keep) != len(ids) or np.any(np.diff(ids) != 1):  # rollback copies (or disorder) to remove
+        frames = frames.take(pa.array(np.sort(keep)))
     n = len(frames)
     port_names = [pl["port"] for pl in players]
     port_structs = frames.field("ports")
@@ -262,7 +278,7 @@ def parse_slp(data: bytes, *, input_id: str, source: str, filters: SlpFilters) -
             "port": pa.array(np.full(n, PORTS.index(name), np.uint8)),
             "controller": _controller(leader.field("pre"), n),
             "leader": _character(leader.field("post"), n, version, None),
-            "nana": nana if nana is not None else pa.nulls(n, t.field("nana").type),
+            "nana": nana if nana is not None else _null_structs(n, t.field("nana").type),
             "nearest_projectile_dx": near[0], "nearest_projectile_dy": near[1], "nearest_projectile_type": near[2],
         }
         player_arrays.append(pa.StructArray.from_arrays([values[f.name] for f in t], fields=list(t)))
@@ -270,7 +286,7 @@ def parse_slp(data: bytes, *, input_id: str, source: str, filters: SlpFilters) -
         num, slots = _slots(proj, n)
     else:
         num = pa.nulls(n, pa.uint8())
-        slots = pa.nulls(n, FRAMES_SCHEMA.field("projectiles").type)
+        slots = _null_structs(n, FRAMES_SCHEMA.field("projectiles").type)
     game_id = hashlib.sha256(data).hexdigest()
     table = pa.Table.from_arrays(
         [pa.array([game_id] * n, pa.string()), pa.array(unique_ids.astype(np.int32)), player_arrays[0],
@@ -289,6 +305,7 @@ def parse_slp(data: bytes, *, input_id: str, source: str, filters: SlpFilters) -
         "end_method": END_METHODS.get((game.end or {}).get("method")) if game.end else None,
         "winner_port": _winner(game.end, port_names, stocks),
         "first_frame": int(unique_ids[0]), "num_frames": n, "rollback_frames": int(len(ids) - n),
+        "row_start": 0, "num_rows": n,  # relative to this game; the writer makes them shard offsets
     }
 
 

@@ -46,18 +46,63 @@ def iter_path(path: str, root: str) -> Iterator[tuple[str, bytes | None, str | N
         yield f"{rel}::<rest of archive>", None, f"{type(err).__name__}: {err}"
 
 
-def _iter_7z(path: str, rel: str, group: int = 64):
+def _iter_7z(path: str, rel: str):
+    """Members of a .7z in one decompression pass: py7zr writes each member into a buffer we hand it, and a
+    bounded queue passes finished members to this generator (memory: a few members at a time)."""
+    import queue
+    import threading
+
     import py7zr
 
-    with py7zr.SevenZipFile(path) as archive:
-        names = sorted(n for n in archive.getnames() if n.endswith(".slp"))
-    # py7zr decompresses into memory; reading in groups keeps memory bounded by the group's size
-    for start in range(0, len(names), group):
-        with py7zr.SevenZipFile(path) as archive:
-            chunk = archive.read(targets=names[start:start + group])
-        for name in names[start:start + group]:
-            data = chunk.get(name)
-            yield f"{rel}::{name}", data.read() if data is not None else None, None if data else "member unreadable"
+    done = object()
+    members: queue.Queue = queue.Queue(maxsize=4)
+
+    class Member(py7zr.Py7zIO):
+        def __init__(self, name: str):
+            self.name, self.buffer = name, bytearray()
+
+        def write(self, s):
+            self.buffer += s
+            return len(s)
+
+        def read(self, size=None):
+            return bytes(self.buffer)
+
+        def seek(self, offset, whence=0):
+            return offset
+
+        def flush(self):
+            return None
+
+        def size(self):
+            return len(self.buffer)
+
+        def close(self):
+            members.put((self.name, bytes(self.buffer)))
+
+    class Factory(py7zr.WriterFactory):
+        def create(self, filename):
+            return Member(filename)
+
+    failure: list[BaseException] = []
+
+    def extract():
+        try:
+            with py7zr.SevenZipFile(path) as archive:
+                names = sorted(n for n in archive.getnames() if n.endswith(".slp"))
+                archive.extract(targets=names, factory=Factory())
+        except Exception as err:  # noqa: BLE001 - reported below as the archive's read error
+            failure.append(err)
+        finally:
+            members.put(done)
+
+    thread = threading.Thread(target=extract, daemon=True)
+    thread.start()
+    while (item := members.get()) is not done:
+        yield f"{rel}::{item[0]}", item[1], None
+    thread.join()
+    if failure:
+        yield f"{rel}::<rest of archive>", None, f"{type(failure[0]).__name__}: {failure[0]}"
 
 
 def download(repo: str, out_dir: Path, revision: str | None, patterns: list[str]) -> str:

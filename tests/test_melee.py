@@ -1,0 +1,184 @@
+"""Melee pipeline: golden values on the shared real replays, exact values on synthetic ones, the job on Ray."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+import pytest
+from conftest import shared_data
+
+from pipelines.errors import InputError
+from pipelines.melee.slp import SlpError, SlpFilters, parse_slp
+from pipelines.melee.synthetic import FOX_LASER, SHYGUY, SyntheticGame, lasers, position, write_slp
+
+ALL = SlpFilters(min_frames=0, allow_cpu=True)
+REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "melee_enums"
+
+
+def _summary() -> list[dict]:
+    rows = []
+    lines = shared_data("melee", "slp", "SUMMARY.tsv").read_text().splitlines()
+    header = lines[0].split("\t")
+    for line in lines[1:]:
+        rows.append(dict(zip(header, line.split("\t"), strict=True)))
+    return rows
+
+
+def _enum(name: str, key: str) -> dict[str, int]:
+    path = REFERENCE / f"{name}.json"
+    if not path.exists():
+        pytest.skip(f"{path} is not available")
+    values = json.loads(path.read_text())[key]["known_values"]
+    return {v["ident"]: int(k) for k, v in values.items()}
+
+
+def _parse_shared(name: str):
+    path = shared_data("melee", "slp", name)
+    return parse_slp(path.read_bytes(), input_id=name, source="slp", filters=ALL)
+
+
+@pytest.mark.parametrize("entry", _summary() if (Path(__file__).resolve().parents[2] / "shared").exists() else [],
+                         ids=lambda e: e["file"])
+def test_golden_shared_replays(entry):
+    import peppi_py
+
+    table, game = _parse_shared(entry["file"])
+    frames = dict(part.split("=") for part in entry["frames"].split())
+    assert game["num_frames"] == int(frames["unique_frames"]) == table.num_rows
+    assert game["rollback_frames"] == int(frames["rows"]) - int(frames["unique_frames"])
+    assert game["slippi_version"] == entry["slippi_version"].lstrip("v")
+    assert game["stage"] == _enum("stage", "Stage")[entry["stage"]]
+    external = _enum("character", "External")
+    players = [p.split(":")[1].split("(")[0] for p in entry["players(H=human,C=cpu)"].split(",")]
+    assert game["characters_external"] == [external[c] for c in players]
+    assert game["player_types"] == [1 if "(C)" in p else 0 for p in entry["players(H=human,C=cpu)"].split(",")]
+    frame_ids = table.column("frame").to_numpy()
+    assert np.all(np.diff(frame_ids) == 1) and frame_ids[0] == -123
+    # a named frame equals peppi's own reading (its last copy of that frame id, as rollback keeps)
+    ref = peppi_py.read_slippi(str(shared_data("melee", "slp", entry["file"])))
+    ids = ref.frames.id.to_numpy()
+    target = int(frame_ids[len(frame_ids) // 2])
+    k = int(np.nonzero(ids == target)[0][-1])
+    row = table.slice(len(frame_ids) // 2, 1).to_pylist()[0]
+    for slot, port in zip(("p0", "p1"), ref.frames.ports, strict=False):
+        post = port.leader.post
+        assert row[slot]["leader"]["x"] == pytest.approx(post.position.x[k].as_py())
+        assert row[slot]["leader"]["y"] == pytest.approx(post.position.y[k].as_py())
+        assert row[slot]["leader"]["percent"] == pytest.approx(post.percent[k].as_py())
+    version = tuple(int(x) for x in game["slippi_version"].split("."))
+    projectiles = table.column("num_projectiles")
+    if version < (3, 0):
+        assert projectiles.null_count == table.num_rows  # no item data: null, not zero
+    else:
+        assert projectiles.null_count == 0
+    leader = pc.struct_field(table.column("p0"), "leader")
+    assert (pc.struct_field(leader, "hitlag").null_count == table.num_rows) == (version < (3, 8))
+    assert (pc.struct_field(leader, "vel_self_y").null_count == table.num_rows) == (version < (3, 5))
+    assert (pc.struct_field(leader, "airborne").null_count == table.num_rows) == (version < (2, 0))
+    import pyarrow.parquet as pq
+
+    pq.write_table(table, io.BytesIO())  # every value fits the declared schema, nulls included
+
+
+@pytest.mark.parametrize("name", ["peppi__ics.slp", "slippijs__PichuVSelf-All-22.slp"])
+def test_nana_is_carried(name):
+    table, game = _parse_shared(name)
+    ics = game["characters_external"].index(14)  # Ice Climbers (CSS id)
+    nana = table.column(f"p{ics}")
+    nana = pc.struct_field(nana, "nana")
+    assert nana.null_count < table.num_rows
+    assert pc.struct_field(table.column(f"p{1 - ics}"), "nana").null_count == table.num_rows
+
+
+@pytest.mark.parametrize("name,count", [("peppi__items.slp", 513), ("slippijs__NessVFox-Absorb.slp", 360),
+                                        ("slippijs__PichuVSelf-All-22.slp", 528), ("peppi__v3.16.slp", 22)])
+def test_projectile_counts(name, count):
+    table, _ = _parse_shared(name)
+    assert pc.sum(table.column("num_projectiles")).as_py() == count
+    slots = pc.list_flatten(table.column("projectiles"))
+    assert SHYGUY not in set(pc.struct_field(slots, "type").to_pylist())  # stage entities are not projectiles
+
+
+def test_fox_lasers_reach_the_opponent_features():
+    table, game = _parse_shared("slippijs__NessVFox-Absorb.slp")
+    fox = game["characters_external"].index(2)  # Fox fires; the other player sees the nearest laser
+    other = "p1" if fox == 0 else "p0"
+    near = pc.struct_field(table.column(other), "nearest_projectile_type").drop_null().to_pylist()
+    assert near and set(near) <= {54, 74}  # FOX_LASER, FOX_BLASTER
+
+
+def test_synthetic_exact_values_rollback_and_filters():
+    game = SyntheticGame(num_frames=400, rollback_frames=(5, 6, 7), shyguys=True, laser_every=25)
+    table, info = parse_slp(write_slp(game), input_id="syn", source="slp", filters=ALL)
+    assert info["num_frames"] == 400 and info["rollback_frames"] == 3
+    rows = table.to_pylist()
+    for row in rows[::37] + [r for r in rows if r["frame"] in (5, 6, 7)]:
+        for slot, port in (("p0", 0), ("p1", 1)):
+            x, y = position(port, row["frame"])
+            assert row[slot]["leader"]["x"] == pytest.approx(x, abs=1e-4)  # the kept copy is the last one
+            assert row[slot]["leader"]["y"] == pytest.approx(y, abs=1e-4)
+        live = lasers(row["frame"], game)
+        assert row["num_projectiles"] == len(live)
+        assert [s["spawn_id"] for s in row["projectiles"] if s] == [spawn for spawn, _, _ in live][:4]
+        if live:
+            p1x, p1y = position(1, row["frame"])
+            nearest = min(live, key=lambda s: (s[1] - p1x) ** 2 + (s[2] - p1y) ** 2)
+            assert row["p1"]["nearest_projectile_dx"] == pytest.approx(nearest[1] - p1x, abs=1e-3)
+            assert row["p1"]["nearest_projectile_type"] == FOX_LASER
+        assert row["p0"]["nearest_projectile_dx"] is None  # port 1 fires nothing
+    assert parse_slp(write_slp(SyntheticGame(num_frames=200, cpu=(1,))), input_id="c", source="slp",
+                     filters=SlpFilters(min_frames=0)) == (None, "cpu_player")
+    assert parse_slp(write_slp(SyntheticGame(num_frames=200)), input_id="s", source="slp",
+                     filters=SlpFilters(min_frames=1000)) == (None, "too_short")
+
+
+def test_truncated_and_garbage_files_are_typed_errors():
+    data = write_slp(SyntheticGame(num_frames=300))
+    with pytest.raises(InputError):
+        parse_slp(data[: len(data) // 2], input_id="cut", source="slp", filters=ALL)
+    with pytest.raises(SlpError):
+        parse_slp(b"not a replay", input_id="junk", source="slp", filters=ALL)
+
+
+def test_slp_job_on_archives(ray_local, tmp_path):
+    from pipelines.parse_replays import ParseConfig, run
+    from shards_schema.reader import open_version
+
+    root = tmp_path / "in"
+    root.mkdir()
+    games = [write_slp(SyntheticGame(num_frames=300 + 10 * i, seed=i, rollback_frames=(3,))) for i in range(6)]
+    (root / "a.slp").write_bytes(games[0])
+    with zipfile.ZipFile(root / "b.zip", "w") as archive:
+        archive.writestr("x/one.slp", games[1])
+        archive.writestr("x/two.slp", games[2])
+    with tarfile.open(root / "c.tar.gz", "w:gz") as archive:
+        for name, data in (("three.slp", games[3]), ("dup.slp", games[0])):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    import py7zr
+
+    with py7zr.SevenZipFile(root / "d.7z", "w") as archive:
+        archive.writestr(games[4], "four.slp")
+    (root / "cut.slp").write_bytes(games[5][:2000])
+    (root / "cpu.slp").write_bytes(write_slp(SyntheticGame(num_frames=300, cpu=(0,))))
+    cfg = ParseConfig.tiny(source="slp", input=str(root), out=str(tmp_path / "out"), min_frames=100)
+    version = open_version(run(cfg, log=lambda *_: None).path)
+    c = version.manifest.counts
+    assert (c.inputs, c.written) == (8, 5) and c.reconciles()
+    assert c.filtered == {"cpu_player": 1, "duplicate": 1}
+    assert sum(c.quarantined.values()) == 1
+    index = version.index().to_pylist()
+    assert {r["input_id"] for r in index} == {"a.slp", "b.zip::x/one.slp", "b.zip::x/two.slp",
+                                              "c.tar.gz::three.slp", "d.7z::four.slp"}
+    game = index[2]
+    window = version.window(game["game_id"], first_frame=50, num_frames=30)
+    assert window.column("frame").to_pylist() == list(range(50, 80))
+    assert set(window.column("game_id").to_pylist()) == {game["game_id"]}
+    assert version.manifest.schema_name == "melee_frames" and version.path.parent.name == "melee_frames"
