@@ -493,8 +493,11 @@ def _summary(published, elapsed_s: float, log) -> None:
     for kind, reasons in (("filtered", c.filtered), ("quarantined", c.quarantined)):
         for reason, n in reasons.items():
             log(f"[parse]   {kind} {reason}: {n}")
-    log(f"[parse] {c.trajectories} trajectories, {c.rows} rows in {len(m.files)} shards ({total_mb:.1f} MB), "
-        f"{c.unknown_words} unknown observation words, {c.rows / max(elapsed_s, 1e-9):.0f} rows/s "
+    if m.schema_name == "melee_frames":
+        what = f"{c.trajectories} games, {c.rows} frames"
+    else:
+        what = f"{c.trajectories} trajectories, {c.rows} rows, {c.unknown_words} unknown observation words,"
+    log(f"[parse] {what} in {len(m.files)} shards ({total_mb:.1f} MB), {c.rows / max(elapsed_s, 1e-9):.0f} rows/s "
         f"over {elapsed_s:.1f}s")
     log("[parse] " + ("already published with identical contents: " if published.reused else "published: ")
         + f"{m.dataset}/{m.version}")

@@ -182,3 +182,25 @@ def test_slp_job_on_archives(ray_local, tmp_path):
     assert window.column("frame").to_pylist() == list(range(50, 80))
     assert set(window.column("game_id").to_pylist()) == {game["game_id"]}
     assert version.manifest.schema_name == "melee_frames" and version.path.parent.name == "melee_frames"
+
+
+def test_hub_download_pins_and_filters(monkeypatch, tmp_path):
+    """The hub call is the network's; what we own: the revision resolved to a commit, only matching archives."""
+    import huggingface_hub
+
+    from pipelines.melee import sources
+
+    class FakeApi:
+        def dataset_info(self, repo, revision):
+            return type("Info", (), {"sha": "abc123"})()
+
+        def list_repo_files(self, repo, repo_type, revision):
+            return ["README.md", "FOX.tar.gz", "MARTH.tar.gz", "misc/one.slp"]
+
+    fetched = []
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda **kw: fetched.append((kw["filename"],
+                                                                                          kw["revision"])))
+    assert sources.download("erickfm/melee-ranked-replays", tmp_path, "v2", ["*FOX*"]) == \
+        "erickfm/melee-ranked-replays@abc123"
+    assert fetched == [("FOX.tar.gz", "abc123")]
