@@ -1,0 +1,170 @@
+"""Metamon-style Pokémon policy: a turn encoder, a causal transformer over turns, a masked actor head over the 9
+actions (4 moves, 5 switches) and critic heads for several discount factors.
+
+Plain ``nn.Module``s with no I/O. Attention goes through ``torch.nn.functional.scaled_dot_product_attention``, which
+picks flash or memory-efficient kernels on GPU by itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from shards_schema.pokemon import NUM_MOVES, NUM_SWITCHES, OBS_NUMERIC, OBS_WORDS
+
+NUM_POLICY_ACTIONS = NUM_MOVES + NUM_SWITCHES
+"""The actor chooses among 4 moves and 5 switches; terastallizing is folded into the move it goes with."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyConfig:
+    """Shapes of the policy.
+
+    Attributes:
+        vocab_size: observation vocabulary size (ids above it are an error, never clamped).
+        d_token: embedding width of each of the 87 words.
+        d_model: width of the turn vectors and the transformer.
+        n_layers: transformer blocks.
+        n_heads: attention heads.
+        d_ff: feed-forward width.
+        max_turns: longest context (turns) the position embedding covers.
+        dropout: dropout rate.
+        gammas: discount factors of the critic heads.
+    """
+
+    vocab_size: int
+    d_token: int = 32
+    d_model: int = 256
+    n_layers: int = 4
+    n_heads: int = 8
+    d_ff: int = 1024
+    max_turns: int = 128
+    dropout: float = 0.0
+    gammas: tuple[float, ...] = field(default=(0.9, 0.99, 0.999, 0.9999))
+
+    def __post_init__(self):
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+
+    @classmethod
+    def preset(cls, name: str, vocab_size: int) -> PolicyConfig:
+        """``tiny`` (tests), ``small`` (~15M), ``medium`` (~50M), ``large`` (~200M), after Metamon's sizes."""
+        sizes = {
+            "tiny": dict(d_token=8, d_model=32, n_layers=2, n_heads=2, d_ff=64, max_turns=64),
+            "small": dict(d_token=32, d_model=384, n_layers=6, n_heads=6, d_ff=1536, max_turns=128),
+            "medium": dict(d_token=48, d_model=640, n_layers=8, n_heads=10, d_ff=2560, max_turns=128),
+            "large": dict(d_token=64, d_model=1152, n_layers=12, n_heads=16, d_ff=4608, max_turns=128),
+        }
+        if name not in sizes:
+            raise ValueError(f"unknown preset {name!r}; have {sorted(sizes)}")
+        return cls(vocab_size=vocab_size, **sizes[name])
+
+
+def fold_actions(mask13: torch.Tensor) -> torch.Tensor:
+    """13-action legal mask (moves, switches, tera moves) → the actor's 9: a move is legal with or without tera."""
+    moves = mask13[..., :NUM_MOVES] | mask13[..., NUM_MOVES + NUM_SWITCHES:]
+    return torch.cat([moves, mask13[..., NUM_MOVES:NUM_MOVES + NUM_SWITCHES]], dim=-1)
+
+
+def fold_action_ids(action13: torch.Tensor) -> torch.Tensor:
+    """13-space action ids → 9-space (tera move k → move k); -1 stays -1."""
+    return torch.where(action13 >= NUM_MOVES + NUM_SWITCHES, action13 - (NUM_MOVES + NUM_SWITCHES), action13)
+
+
+class TurnEncoder(nn.Module):
+    """87 word ids + 48 numbers of one turn → one turn vector."""
+
+    def __init__(self, cfg: PolicyConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.words = nn.Embedding(cfg.vocab_size, cfg.d_token)
+        self.slot = nn.Parameter(torch.zeros(OBS_WORDS, cfg.d_token))  # which of the 87 positions a word fills
+        self.mix = nn.Linear(OBS_WORDS * cfg.d_token, cfg.d_model)
+        self.numeric = nn.Sequential(nn.Linear(OBS_NUMERIC, cfg.d_model), nn.GELU(),
+                                     nn.Linear(cfg.d_model, cfg.d_model))
+        self.norm = nn.LayerNorm(cfg.d_model)
+
+    def forward(self, tokens: torch.Tensor, numeric: torch.Tensor) -> torch.Tensor:
+        # tokens (B, T, 87) int64, numeric (B, T, 48) float → (B, T, d_model)
+        if tokens.numel() and int(tokens.max()) >= self.cfg.vocab_size:
+            raise ValueError(f"token id {int(tokens.max())} is outside the vocabulary ({self.cfg.vocab_size})")
+        b, t, _ = tokens.shape
+        words = self.words(tokens) + self.slot  # (B, T, 87, d_token)
+        turn = self.mix(words.reshape(b, t, OBS_WORDS * self.cfg.d_token))  # (B, T, d_model)
+        return self.norm(turn + self.numeric(numeric.to(turn.dtype)))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: PolicyConfig):
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.ff = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model))
+        self.dropout = cfg.dropout
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+        # x (B, T, D); attn_mask (B, 1, T, T) bool, True where a query may attend to a key
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))  # (B, H, T, hs)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return x + self.ff(self.ln2(x))
+
+
+@dataclass
+class PolicyOutput:
+    """Per-turn outputs.
+
+    Attributes:
+        logits: (B, T, 9) action logits, illegal actions at -inf.
+        q_values: (B, T, G, 9) action values, one set per discount factor.
+        values: (B, T, G) state values under the current policy (expected Q).
+    """
+
+    logits: torch.Tensor
+    q_values: torch.Tensor
+    values: torch.Tensor
+
+
+class PokemonPolicy(nn.Module):
+    def __init__(self, cfg: PolicyConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.encoder = TurnEncoder(cfg)
+        self.position = nn.Embedding(cfg.max_turns, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.actor = nn.Linear(cfg.d_model, NUM_POLICY_ACTIONS)
+        self.critic = nn.Linear(cfg.d_model, len(cfg.gammas) * NUM_POLICY_ACTIONS)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, tokens: torch.Tensor, numeric: torch.Tensor, legal: torch.Tensor,
+                valid: torch.Tensor) -> PolicyOutput:
+        """tokens (B, T, 87), numeric (B, T, 48), legal (B, T, 9) bool, valid (B, T) bool (False = padding)."""
+        b, t, _ = tokens.shape
+        if t > self.cfg.max_turns:
+            raise ValueError(f"context of {t} turns exceeds max_turns {self.cfg.max_turns}")
+        x = self.encoder(tokens, numeric) + self.position(torch.arange(t, device=tokens.device))
+        causal = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()
+        attn_mask = causal[None, None] & valid[:, None, None, :]  # (B, 1, T, T): past, non-padded keys
+        attn_mask = attn_mask | torch.eye(t, dtype=torch.bool, device=tokens.device)  # a padded query sees itself
+        for block in self.blocks:
+            x = block(x, attn_mask)
+        x = self.ln_f(x)
+        # A row with no legal action (forced moves, terminal rows) keeps finite logits; its loss is masked out.
+        any_legal = legal.any(dim=-1, keepdim=True)
+        logits = self.actor(x).masked_fill(~legal & any_legal, float("-inf"))
+        q = self.critic(x).view(b, t, len(self.cfg.gammas), NUM_POLICY_ACTIONS)
+        probs = torch.softmax(logits.float(), dim=-1).to(q.dtype)
+        values = (q * probs[:, :, None, :]).sum(-1)
+        return PolicyOutput(logits=logits, q_values=q, values=values)

@@ -1,0 +1,120 @@
+"""Policy model and loss math: padding never changes real steps, masking never picks illegal actions, losses
+equal hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from models.pokemon_policy import PokemonPolicy, PolicyConfig, fold_action_ids, fold_actions
+from training import losses
+
+VOCAB = 100
+
+
+def _batch(b=2, t=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, VOCAB, (b, t, 87), generator=g)
+    numeric = torch.rand(b, t, 48, generator=g)
+    legal = torch.rand(b, t, 9, generator=g) > 0.4
+    legal[..., 0] = True
+    return tokens, numeric, legal
+
+
+@pytest.fixture
+def model():
+    torch.manual_seed(0)
+    return PokemonPolicy(PolicyConfig.preset("tiny", VOCAB)).eval()
+
+
+def test_padding_never_changes_real_steps(model):
+    tokens, numeric, legal = _batch()
+    valid = torch.ones(2, 6, dtype=torch.bool)
+    out = model(tokens, numeric, legal, valid)
+    # right padding with garbage turns: the real prefix is unchanged
+    pad_tokens = torch.cat([tokens, torch.randint(0, VOCAB, (2, 4, 87))], dim=1)
+    pad_numeric = torch.cat([numeric, torch.rand(2, 4, 48) * 100], dim=1)
+    pad_legal = torch.cat([legal, torch.ones(2, 4, 9, dtype=torch.bool)], dim=1)
+    pad_valid = torch.cat([valid, torch.zeros(2, 4, dtype=torch.bool)], dim=1)
+    padded = model(pad_tokens, pad_numeric, pad_legal, pad_valid)
+    torch.testing.assert_close(padded.logits[:, :6], out.logits)
+    torch.testing.assert_close(padded.q_values[:, :6], out.q_values)
+    # and the loss over real steps is the same
+    actions = torch.zeros(2, 6, dtype=torch.long)
+    pad_actions = torch.cat([actions, torch.full((2, 4), 3)], dim=1)
+    loss = losses.behaviour_cloning_loss(out.logits, actions, valid)
+    pad_loss = losses.behaviour_cloning_loss(padded.logits, pad_actions, pad_valid)
+    torch.testing.assert_close(loss, pad_loss)
+
+
+def test_padded_keys_are_masked_for_left_padding(model):
+    tokens, numeric, legal = _batch(b=1, t=4)
+    valid = torch.ones(1, 4, dtype=torch.bool)
+    out = model(tokens, numeric, legal, valid)
+    a = model(torch.cat([torch.zeros(1, 3, 87, dtype=torch.long), tokens], 1),
+              torch.cat([torch.zeros(1, 3, 48), numeric], 1), torch.cat([torch.ones(1, 3, 9, dtype=torch.bool),
+                                                                          legal], 1),
+              torch.cat([torch.zeros(1, 3, dtype=torch.bool), valid], 1))
+    b = model(torch.cat([torch.randint(0, VOCAB, (1, 3, 87)), tokens], 1),
+              torch.cat([torch.rand(1, 3, 48) * 50, numeric], 1), torch.cat([torch.ones(1, 3, 9, dtype=torch.bool),
+                                                                             legal], 1),
+              torch.cat([torch.zeros(1, 3, dtype=torch.bool), valid], 1))
+    # what the padded turns contain never reaches the real ones (positions differ from `out`, so compare a and b)
+    torch.testing.assert_close(a.logits[:, 3:], b.logits[:, 3:])
+    assert out.logits.shape == (1, 4, 9)
+
+
+def test_actor_never_picks_illegal(model):
+    tokens, numeric, legal = _batch(b=4, t=8, seed=3)
+    out = model(tokens, numeric, legal, torch.ones(4, 8, dtype=torch.bool))
+    probs = torch.softmax(out.logits, -1)
+    assert torch.all(probs[~legal] == 0)
+    sampled = torch.distributions.Categorical(logits=out.logits).sample((200,))
+    assert torch.all(legal.gather(-1, sampled.permute(1, 2, 0)))
+
+
+def test_token_ids_out_of_range_are_refused(model):
+    tokens, numeric, legal = _batch()
+    tokens[0, 0, 0] = VOCAB
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model(tokens, numeric, legal, torch.ones(2, 6, dtype=torch.bool))
+
+
+def test_fold_tera_into_moves():
+    mask13 = torch.zeros(13, dtype=torch.bool)
+    mask13[[1, 5, 11]] = True  # move 1, switch 1, tera move 2
+    assert fold_actions(mask13).tolist() == [False, True, True, False, False, True, False, False, False]
+    assert fold_action_ids(torch.tensor([-1, 0, 4, 8, 9, 12])).tolist() == [-1, 0, 4, 8, 0, 3]
+
+
+def test_presets_sizes():
+    sizes = {name: PokemonPolicy(PolicyConfig.preset(name, 4000)).num_parameters()
+             for name in ("tiny", "small", "medium")}
+    assert sizes["tiny"] < 1e6 and 10e6 < sizes["small"] < 22e6 and 35e6 < sizes["medium"] < 70e6
+
+
+def test_losses_hand_computed():
+    logits = torch.tensor([[[0.0, math.log(3.0)]]])  # p = (0.25, 0.75)
+    actions = torch.tensor([[1]])
+    mask = torch.tensor([[True]])
+    assert losses.behaviour_cloning_loss(logits, actions, mask).item() == pytest.approx(-math.log(0.75))
+    # masked steps do not count
+    logits2 = torch.cat([logits, torch.tensor([[[5.0, -5.0]]])], 1)
+    actions2 = torch.tensor([[1, 1]])
+    assert losses.behaviour_cloning_loss(logits2, actions2, torch.tensor([[True, False]])).item() == pytest.approx(
+        -math.log(0.75))
+    targets = losses.td_targets(torch.tensor([[1.0, 0.0]]), torch.tensor([[False, True]]),
+                                torch.tensor([[[2.0, 4.0], [9.0, 9.0]]]), torch.tensor([0.5, 0.9]))
+    torch.testing.assert_close(targets, torch.tensor([[[2.0, 4.6], [0.0, 0.0]]]))
+    q = torch.tensor([[[[1.0, 3.0], [2.0, 0.0]]]])  # (B=1, T=1, G=2, A=2)
+    assert losses.critic_loss(q, torch.tensor([[1]]), torch.tensor([[[2.0, 1.0]]]), mask).item() == pytest.approx(
+        ((3 - 2) ** 2 + (0 - 1) ** 2) / 2)
+    adv = losses.advantages(q, torch.tensor([[[2.0, 1.0]]]), torch.tensor([[1]]))
+    torch.testing.assert_close(adv, torch.tensor([[[1.0, -1.0]]]))
+    assert losses.filtered_bc_weights(adv).tolist() == [[[1.0, 0.0]]]
+    assert losses.exp_advantage_weights(torch.tensor([1.0, 10.0]), beta=1.0, max_weight=5.0).tolist() == \
+        pytest.approx([math.e, 5.0])
+    w = torch.tensor([[2.0]])
+    assert losses.weighted_actor_loss(logits, actions, w, mask).item() == pytest.approx(-2 * math.log(0.75))

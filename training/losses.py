@@ -1,0 +1,63 @@
+"""The math of offline training, as small pure functions of tensors (unit-tested against hand-computed values).
+
+Shapes: B batch, T turns, G discount factors, A = 9 actions. ``step_mask`` (B, T) is True on real, visible-action
+steps; padding and steps without a visible action never contribute.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` where ``mask`` is True (0 when nothing is)."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def action_log_probs(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """log π(a|s) of the taken actions; (B, T, A), (B, T) → (B, T). Actions of -1 give 0 (mask them out)."""
+    log_probs = F.log_softmax(logits.float(), dim=-1)
+    return log_probs.gather(-1, actions.clamp(min=0)[..., None]).squeeze(-1)
+
+
+def behaviour_cloning_loss(logits: torch.Tensor, actions: torch.Tensor, step_mask: torch.Tensor) -> torch.Tensor:
+    """Negative log-likelihood of the taken actions."""
+    return -masked_mean(action_log_probs(logits, actions), step_mask)
+
+
+def td_targets(rewards: torch.Tensor, dones: torch.Tensor, next_values: torch.Tensor,
+               gammas: torch.Tensor) -> torch.Tensor:
+    """One-step targets r + γ (1 - done) V(s') per discount factor; (B, T), (B, T), (B, T, G), (G,) → (B, T, G)."""
+    return rewards[..., None] + gammas * (1.0 - dones.float())[..., None] * next_values
+
+
+def critic_loss(q_values: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor,
+                step_mask: torch.Tensor) -> torch.Tensor:
+    """Mean squared error of Q(s, a) against fixed targets, averaged over discount factors; (B, T, G, A) q."""
+    index = actions.clamp(min=0)[..., None, None].expand(*actions.shape, q_values.shape[2], 1)
+    q_taken = q_values.gather(-1, index).squeeze(-1)  # (B, T, G)
+    return masked_mean(((q_taken - targets.detach()) ** 2).mean(-1), step_mask)
+
+
+def advantages(q_values: torch.Tensor, values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """A(s, a) = Q(s, a) - V(s) per discount factor; → (B, T, G)."""
+    index = actions.clamp(min=0)[..., None, None].expand(*actions.shape, q_values.shape[2], 1)
+    return q_values.gather(-1, index).squeeze(-1) - values
+
+
+def filtered_bc_weights(advantage: torch.Tensor) -> torch.Tensor:
+    """Binary filter: imitate only actions with positive advantage."""
+    return (advantage > 0).float()
+
+
+def exp_advantage_weights(advantage: torch.Tensor, beta: float = 1.0, max_weight: float = 20.0) -> torch.Tensor:
+    """exp(A / β), clipped: advantage-weighted regression."""
+    return torch.exp(advantage / beta).clamp(max=max_weight)
+
+
+def weighted_actor_loss(logits: torch.Tensor, actions: torch.Tensor, weights: torch.Tensor,
+                        step_mask: torch.Tensor) -> torch.Tensor:
+    """-w · log π(a|s) with weights held fixed (no gradient through the critic)."""
+    return -masked_mean(weights.detach() * action_log_probs(logits, actions), step_mask)
