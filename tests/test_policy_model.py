@@ -118,3 +118,12 @@ def test_losses_hand_computed():
         pytest.approx([math.e, 5.0])
     w = torch.tensor([[2.0]])
     assert losses.weighted_actor_loss(logits, actions, w, mask).item() == pytest.approx(-2 * math.log(0.75))
+
+
+def test_masked_steps_with_illegal_placeholder_actions_give_no_nan():
+    logits = torch.tensor([[[0.0, float("-inf")], [1.0, 2.0]]])  # step 0: action -1 → placeholder 0... illegal 1
+    actions = torch.tensor([[1, 0]])
+    mask = torch.tensor([[False, True]])
+    loss = losses.behaviour_cloning_loss(logits, actions, mask)
+    assert torch.isfinite(loss)
+    assert torch.isfinite(losses.weighted_actor_loss(logits, actions, torch.ones(1, 2), mask))

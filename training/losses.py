@@ -11,9 +11,10 @@ import torch.nn.functional as F
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``values`` where ``mask`` is True (0 when nothing is)."""
-    mask = mask.to(values.dtype)
-    return (values * mask).sum() / mask.sum().clamp(min=1.0)
+    """Mean of ``values`` where ``mask`` is True (0 when nothing is). Masked entries are dropped, not multiplied by
+    zero: a masked step may hold -inf (the log-probability of an illegal placeholder action), and 0 * -inf is NaN."""
+    kept = torch.where(mask, values, torch.zeros_like(values))
+    return kept.sum() / mask.to(values.dtype).sum().clamp(min=1.0)
 
 
 def action_log_probs(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -60,4 +61,5 @@ def exp_advantage_weights(advantage: torch.Tensor, beta: float = 1.0, max_weight
 def weighted_actor_loss(logits: torch.Tensor, actions: torch.Tensor, weights: torch.Tensor,
                         step_mask: torch.Tensor) -> torch.Tensor:
     """-w · log π(a|s) with weights held fixed (no gradient through the critic)."""
-    return -masked_mean(weights.detach() * action_log_probs(logits, actions), step_mask)
+    log_probs = action_log_probs(logits, actions)
+    return -masked_mean(weights.detach() * torch.where(step_mask, log_probs, torch.zeros_like(log_probs)), step_mask)

@@ -1,0 +1,347 @@
+"""Train the Pokémon policy offline on a ``pokemon_turns`` shard version with Ray Train.
+
+    python training/offline_rl.py --shards OUT/pokemon_turns/<version> --out runs/bc --preset small
+    python training/offline_rl.py --tiny --shards ... --out ... --objective filtered_bc
+
+Objectives: ``bc`` (behaviour cloning), ``filtered_bc`` (imitate actions whose advantage under the multi-gamma
+critic is positive) and ``exp_adv`` (advantage-weighted, exp(A/β) clipped); the critics learn one-step TD targets
+for every discount factor in all three (for ``bc`` they are trained beside, not used). bf16 autocast and TF32 on
+CUDA, fp32 on CPU; DDP across workers. Checkpoints hold model, optimizer, step, RNG states and the resolved config,
+every ``checkpoint_every`` steps and at the end; resuming continues with the same next batches and losses.
+Metrics go to ``OUT/metrics.csv`` and to Weights & Biases (offline unless logged in).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+OBJECTIVES = ("bc", "filtered_bc", "exp_adv")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Configuration of offline training.
+
+    Attributes:
+        shards: the shard version folder to train on.
+        out: run folder (checkpoints, metrics.csv, wandb).
+        preset: model size: tiny, small, medium or large.
+        objective: bc, filtered_bc or exp_adv.
+        context: turns per training window.
+        batch_size: windows per optimizer step (summed over workers).
+        steps: optimizer steps.
+        lr: learning rate (AdamW).
+        weight_decay: AdamW weight decay.
+        critic_weight: weight of the critic loss.
+        advantage_gamma: index of the discount factor whose advantage weighs the actor.
+        exp_beta: temperature of exp_adv weights.
+        checkpoint_every: steps between checkpoints.
+        log_every: steps between metric lines.
+        seed: seed of model initialization and window order.
+        num_workers: Ray Train workers.
+        cpus_per_worker: CPUs each worker reserves (fractional on small machines).
+        use_gpu: train on GPU workers.
+        wandb_mode: auto (online when logged in, else offline), online, offline or disabled.
+        resume: continue from the latest checkpoint in --out.
+    """
+
+    shards: str
+    out: str
+    preset: str = "small"
+    objective: str = "bc"
+    context: int = 32
+    batch_size: int = 32
+    steps: int = 1000
+    lr: float = 3e-4
+    weight_decay: float = 0.01
+    critic_weight: float = 0.5
+    advantage_gamma: int = 2
+    exp_beta: float = 1.0
+    checkpoint_every: int = 200
+    log_every: int = 20
+    seed: int = 0
+    num_workers: int = 1
+    cpus_per_worker: float = 0.5
+    use_gpu: bool = False
+    wandb_mode: str = "auto"
+    resume: bool = False
+
+    def __post_init__(self):
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"--objective must be one of {OBJECTIVES}")
+        if self.wandb_mode not in ("auto", "online", "offline", "disabled"):
+            raise ValueError("--wandb-mode must be auto, online, offline or disabled")
+        if self.batch_size % self.num_workers:
+            raise ValueError("--batch-size must be a multiple of --num-workers")
+
+    @classmethod
+    def tiny(cls, *, shards: str, out: str, **overrides) -> TrainConfig:
+        fields = {"preset": "tiny", "context": 8, "batch_size": 8, "steps": 12, "checkpoint_every": 4,
+                  "log_every": 2, "wandb_mode": "disabled", **overrides}
+        return cls(shards=shards, out=out, **fields)
+
+
+@dataclass
+class StepMetrics:
+    step: int
+    loss: float
+    actor_loss: float
+    critic_loss: float
+    accuracy: float
+    samples: int
+    extra: dict = field(default_factory=dict)
+
+
+def compute_losses(model, batch, cfg: TrainConfig, gammas):
+    """All losses of one batch (the math lives in training/losses.py)."""
+    import torch
+
+    from training import losses
+
+    out = model(batch["tokens"], batch["numeric"], batch["legal"], batch["valid"])
+    action, valid = batch["action"], batch["valid"]
+    step_mask = valid & (action >= 0) & batch["legal"].any(-1)
+    # one-step TD targets inside the window: reward and done of the next row, V of the next state
+    next_valid = torch.zeros_like(valid)
+    next_valid[:, :-1] = valid[:, 1:]
+    next_values = torch.zeros_like(out.values)
+    next_values[:, :-1] = out.values[:, 1:].detach()
+    next_reward = torch.zeros_like(batch["reward"])
+    next_reward[:, :-1] = batch["reward"][:, 1:]
+    next_done = torch.ones_like(batch["done"])
+    next_done[:, :-1] = batch["done"][:, 1:]
+    targets = losses.td_targets(next_reward, next_done, next_values, gammas)
+    critic = losses.critic_loss(out.q_values.float(), action, targets.float(), step_mask & next_valid)
+    if cfg.objective == "bc":
+        actor = losses.behaviour_cloning_loss(out.logits, action, step_mask)
+    else:
+        adv = losses.advantages(out.q_values.float(), out.values.float(), action)[..., cfg.advantage_gamma]
+        weights = (losses.filtered_bc_weights(adv) if cfg.objective == "filtered_bc"
+                   else losses.exp_advantage_weights(adv, beta=cfg.exp_beta))
+        actor = losses.weighted_actor_loss(out.logits, action, weights, step_mask)
+    predicted = out.logits.argmax(-1)
+    accuracy = ((predicted == action) & step_mask).sum() / step_mask.sum().clamp(min=1)
+    return actor + cfg.critic_weight * critic, actor, critic, accuracy, int(step_mask.sum())
+
+
+def _rng_state():
+    import random
+
+    import numpy as np
+    import torch
+
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def _set_rng_state(state):
+    import random
+
+    import numpy as np
+    import torch
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def train_loop_per_worker(config: dict) -> None:
+    """Runs on every Ray Train worker: rebuilds the typed config, then trains."""
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    from models.pokemon_policy import PokemonPolicy, PolicyConfig
+    from pipelines.pokemon.observation import vocabulary
+
+    cfg = TrainConfig(**config["cfg"])
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    cuda = device.type == "cuda"
+    if rank == 0:
+        print(f"[train] device: {device} ({torch.cuda.get_device_name(device) if cuda else 'CPU, fp32'}), "
+              f"{world} worker(s)")
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    torch.manual_seed(cfg.seed)
+    policy_cfg = PolicyConfig.preset(cfg.preset, len(vocabulary()))
+    policy_cfg = dataclasses.replace(policy_cfg, max_turns=max(policy_cfg.max_turns, cfg.context))
+    model = PokemonPolicy(policy_cfg)
+    if rank == 0:
+        print(f"[train] {cfg.preset}: {model.num_parameters():,} parameters")
+    model = ray.train.torch.prepare_model(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    gammas = torch.tensor(policy_cfg.gammas, device=device)
+    step = 0
+    checkpoint = ray.train.get_checkpoint()  # set when Ray restarts a failed run
+    state_path = None
+    if checkpoint is not None:
+        state_path = Path(checkpoint.path) / "state.pt"
+    elif config.get("resume_path"):  # --resume: the latest checkpoint of an earlier run in --out
+        state_path = Path(config["resume_path"]) / "state.pt"
+    if state_path is not None:
+        state = torch.load(state_path, map_location=device, weights_only=False)
+        getattr(model, "module", model).load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step = state["step"]
+        _set_rng_state(state["rng"][rank] if rank < len(state["rng"]) else state["rng"][0])
+    shard = ray.train.get_dataset_shard("train")
+    per_worker = cfg.batch_size // world
+    writer = _MetricsWriter(Path(cfg.out), cfg) if rank == 0 else None
+    start, done_samples = time.monotonic(), 0
+    while step < cfg.steps:
+        # every worker reads the same ordered stream and keeps its slice of each global batch: exact resume
+        batches = shard.iter_torch_batches(batch_size=cfg.batch_size, device=device, drop_last=True)
+        consumed = 0
+        epoch_start = step
+        for batch in batches:
+            if consumed < epoch_start % max(1, _batches_per_epoch(config)):
+                consumed += 1
+                continue
+            consumed += 1
+            local = {k: v[rank * per_worker:(rank + 1) * per_worker] for k, v in batch.items()}
+            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=cuda):
+                loss, actor, critic, accuracy, samples = compute_losses(model, local, cfg, gammas)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            step += 1
+            done_samples += samples
+            metrics = {"step": step, "loss": float(loss), "actor_loss": float(actor), "critic_loss": float(critic),
+                       "accuracy": float(accuracy), "samples_per_s": done_samples * world / (time.monotonic() - start)}
+            save = step % cfg.checkpoint_every == 0 or step == cfg.steps
+            if writer and (step % cfg.log_every == 0 or save):
+                writer.write(metrics)
+            if save:
+                _report_checkpoint(model, optimizer, step, cfg, rank, world, metrics)
+            if step >= cfg.steps:
+                break
+    if writer:
+        writer.close()
+
+
+def _batches_per_epoch(config: dict) -> int:
+    return config["num_windows"] // TrainConfig(**config["cfg"]).batch_size
+
+
+def _report_checkpoint(model, optimizer, step, cfg, rank, world, metrics) -> None:
+    import ray.train
+    import torch
+    import torch.distributed as dist
+
+    rng = [None] * world
+    if world > 1 and dist.is_initialized():
+        dist.all_gather_object(rng, _rng_state())
+    else:
+        rng = [_rng_state()]
+    with tempfile.TemporaryDirectory() as directory:
+        checkpoint = None
+        if rank == 0:  # only rank 0 writes files
+            torch.save({"model": getattr(model, "module", model).state_dict(), "optimizer": optimizer.state_dict(),
+                        "step": step, "rng": rng, "config": dataclasses.asdict(cfg)}, Path(directory) / "state.pt")
+            checkpoint = ray.train.Checkpoint.from_directory(directory)
+        ray.train.report(metrics, checkpoint=checkpoint)
+
+
+class _MetricsWriter:
+    """CSV always; Weights & Biases offline unless the user is logged in (or as --wandb-mode says)."""
+
+    def __init__(self, out: Path, cfg: TrainConfig):
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / "metrics.csv"
+        self.file = open(path, "a", newline="")
+        self.csv = None
+        self.run = None
+        mode = cfg.wandb_mode
+        if mode == "auto":
+            mode = "online" if os.environ.get("WANDB_API_KEY") or (Path.home() / ".netrc").exists() else "offline"
+        if mode != "disabled":
+            import wandb
+
+            self.run = wandb.init(project="replayforge", dir=str(out), mode=mode, config=dataclasses.asdict(cfg),
+                                  resume="allow")
+
+    def write(self, metrics: dict) -> None:
+        if self.csv is None:
+            self.csv = csv.DictWriter(self.file, fieldnames=list(metrics))
+            if self.file.tell() == 0:
+                self.csv.writeheader()
+        self.csv.writerow(metrics)
+        self.file.flush()
+        print("[train] " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in
+                                    metrics.items()))
+        if self.run is not None:
+            self.run.log(metrics, step=metrics["step"])
+
+    def close(self) -> None:
+        self.file.close()
+        if self.run is not None:
+            self.run.finish()
+
+
+def run(cfg: TrainConfig):
+    import ray
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    from training.windows import windows_dataset
+
+    if not ray.is_initialized():
+        if os.environ.get("RAY_ADDRESS"):
+            ray.init()
+        else:
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=True,
+                     runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}})
+    ctx = ray.data.DataContext.get_current()
+    ctx.execution_options.preserve_order = True
+    dataset, num_windows = windows_dataset(str(Path(cfg.shards).resolve()), cfg.context, cfg.seed)
+    if num_windows < cfg.batch_size:
+        raise ValueError(f"{cfg.shards} has {num_windows} windows of {cfg.context} turns, fewer than one batch")
+    out = Path(cfg.out).resolve()
+    latest = _latest_checkpoint(out) if cfg.resume else None
+    if cfg.resume and latest is None:
+        raise FileNotFoundError(f"--resume: no checkpoint under {out / 'ray'}")
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config={"cfg": dataclasses.asdict(cfg), "num_windows": num_windows,
+                           "resume_path": str(latest) if latest else None},
+        scaling_config=ray.train.ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
+                                               resources_per_worker={"CPU": cfg.cpus_per_worker}),
+        run_config=ray.train.RunConfig(name=f"train-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=str(out / "ray"),
+                                       checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2)),
+        datasets={"train": dataset},
+        dataset_config=ray.train.DataConfig(datasets_to_split=[]),
+    )
+    result = trainer.fit()
+    return result
+
+
+def _latest_checkpoint(out: Path) -> Path | None:
+    found = sorted((out / "ray").rglob("state.pt"), key=lambda p: p.stat().st_mtime)
+    return found[-1].parent if found else None
+
+
+def main(argv: list[str] | None = None) -> None:
+    from pipelines.cli import parse_config
+
+    result = run(parse_config(TrainConfig, argv))
+    print(f"[train] done: {result.metrics}")
+    if result.checkpoint:
+        print(result.checkpoint.path)
+
+
+if __name__ == "__main__":
+    main()
