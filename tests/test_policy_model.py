@@ -121,7 +121,7 @@ def test_losses_hand_computed():
 
 
 def test_masked_steps_with_illegal_placeholder_actions_give_no_nan():
-    logits = torch.tensor([[[0.0, float("-inf")], [1.0, 2.0]]])  # step 0: action -1 → placeholder 0... illegal 1
+    logits = torch.tensor([[[0.0, float("-inf")], [1.0, 2.0]]])  # step 0 is masked and its action is illegal
     actions = torch.tensor([[1, 0]])
     mask = torch.tensor([[False, True]])
     loss = losses.behaviour_cloning_loss(logits, actions, mask)
