@@ -35,3 +35,27 @@ def test_resume_is_exact(tiny_generated, tmp_path):
     run(TrainConfig.tiny(shards=str(published.path), out=str(resumed), steps=12, log_every=1, resume=True))
     a, b = _losses(straight), _losses(resumed)
     assert [round(a[s], 6) for s in range(9, 13)] == [round(b[s], 6) for s in range(9, 13)]
+
+
+def test_checkpoint_plays_real_battles(tiny_generated, tmp_path):
+    """A trained checkpoint loads as a poke-env player and finishes real battles on a local server."""
+    import shutil
+
+    if shutil.which("node") is None:
+        pytest.skip("Node.js is needed for the server")
+    from training.evaluate import EvalConfig, wilson_interval
+    from training.evaluate import run as evaluate
+    from training.offline_rl import _latest_checkpoint
+    from training.showdown_server import free_port
+
+    _, published, _ = tiny_generated
+    out = tmp_path / "run"
+    run(TrainConfig.tiny(shards=str(published.path), out=str(out), steps=4))
+    checkpoint = _latest_checkpoint(out) / "state.pt"
+    logs = []
+    rows = evaluate(EvalConfig.tiny(checkpoint=str(checkpoint), port=free_port(), battles=3), log=logs.append)
+    assert rows[0]["battles"] == 3 and rows[0]["opponent"] == "random"
+    assert rows[0]["fallback_moves"] == 0  # every decision came from the policy
+    assert 0.0 <= rows[0]["ci_low"] <= rows[0]["win_rate"] <= rows[0]["ci_high"] <= 1.0
+    low, high = wilson_interval(85, 100)
+    assert 0.76 < low < 0.80 and 0.90 < high < 0.92
