@@ -54,6 +54,8 @@ class TrainConfig:
         use_gpu: train on GPU workers.
         wandb_mode: auto (online when logged in, else offline), online, offline or disabled.
         resume: continue from the latest checkpoint in --out.
+        sides: train only on trajectories of these player sides (e.g. ``p1`` when p1 is the player to imitate).
+        torch_threads: intra-op threads per worker (0: Ray's default, one per reserved CPU).
     """
 
     shards: str
@@ -76,6 +78,8 @@ class TrainConfig:
     use_gpu: bool = False
     wandb_mode: str = "auto"
     resume: bool = False
+    sides: list[str] = field(default_factory=list)
+    torch_threads: int = 0
 
     def __post_init__(self):
         if self.objective not in OBJECTIVES:
@@ -165,6 +169,8 @@ def train_loop_per_worker(config: dict) -> None:
     from pipelines.pokemon.observation import vocabulary
 
     cfg = TrainConfig(**config["cfg"])
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
@@ -307,7 +313,8 @@ def run(cfg: TrainConfig):
                      runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}})
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
-    dataset, num_windows = windows_dataset(str(Path(cfg.shards).resolve()), cfg.context, cfg.seed)
+    dataset, num_windows = windows_dataset(str(Path(cfg.shards).resolve()), cfg.context, cfg.seed,
+                                           sides=cfg.sides)
     if num_windows < cfg.batch_size:
         raise ValueError(f"{cfg.shards} has {num_windows} windows of {cfg.context} turns, fewer than one batch")
     out = Path(cfg.out).resolve()

@@ -19,10 +19,12 @@ from shards_schema.reader import ShardVersion, open_version
 COLUMNS = ["obs_tokens", "obs_numeric", "legal_mask", "action", "reward", "done"]
 
 
-def window_specs(version: ShardVersion, context: int, seed: int) -> list[dict]:
-    """(file, first row, length) of every window, in a seeded shuffled order."""
+def window_specs(version: ShardVersion, context: int, seed: int, sides: list[str] | None = None) -> list[dict]:
+    """(file, first row, length) of every window, in a seeded shuffled order (only the given player sides)."""
     specs = []
-    for row in version.index().select(["file", "row_start", "num_rows"]).to_pylist():
+    for row in version.index().select(["file", "row_start", "num_rows", "player_side"]).to_pylist():
+        if sides and row["player_side"] not in sides:
+            continue
         for offset in range(0, row["num_rows"], context):
             specs.append({"file": row["file"], "row_start": row["row_start"] + offset,
                           "num_rows": min(context, row["num_rows"] - offset)})
@@ -77,12 +79,12 @@ class LoadWindows:
         return out
 
 
-def windows_dataset(version_path: str, context: int, seed: int):
+def windows_dataset(version_path: str, context: int, seed: int, sides: list[str] | None = None):
     """The Ray Dataset of padded windows, in the seeded order (order is preserved when read)."""
     import ray.data
 
     version = open_version(version_path)
-    specs = window_specs(version, context, seed)
+    specs = window_specs(version, context, seed, sides)
     ds = ray.data.from_items(specs, override_num_blocks=max(1, min(len(specs) // 64, 200)))
     return ds.map_batches(LoadWindows, fn_constructor_kwargs={"version_path": version_path, "context": context},
                           batch_format="numpy", batch_size=64, compute=ray.data.ActorPoolStrategy(size=1),
