@@ -32,7 +32,7 @@ class CodeVersions:
 
 POKEMON_TURNS = CodeVersions(
     schema="1.0.0",
-    parser="1.0.0",
+    parser="1.0.1",  # 1.0.1: the "???" type is a word of its own instead of an empty (unknown) word
     observation="1.0.0",
     reparse_command="python pipelines/parse_replays.py --source <source> --input <raw inputs> --out <dir>",
     refeaturize_command="python pipelines/refeaturize.py --input <this version folder> --out <dir>",

@@ -190,3 +190,15 @@ def test_ground_truth_agreement_on_simulator_battles():
     for name in ("player_active.hp", "player_active.status", "opponent_active.hp", "opponent_active.species",
                  "opponent_active.revealed_moves", "switches.known_subset", "weather", "conditions"):
         assert agreement.rate(name) >= 0.99, name
+
+
+def test_typeless_after_typechange_is_a_word():
+    from pipelines.pokemon.observation import observe
+
+    data, lines, _ = _replay("smogtours-gen9ou-733546")
+    at = next(i for i, line in enumerate(lines) if line.startswith("|turn|3"))
+    changed = lines[:at] + ["|-start|p1a: the fish song|typechange|???/Fighting|[from] move: Burn Up"] + lines[at:]
+    rows = spectator_trajectories(changed, DEXES[9], format_id="gen9ou", battle_id=data["id"])
+    row = next(r for r in rows if r["player_side"] == "p1" and r["battle_turn"] == 3)
+    assert row["state"]["player_active"]["types"] == ["threequestionmarks", "fighting"]
+    assert observe(row["state"], "gen9ou")[3] == 0  # no unknown word

@@ -395,7 +395,8 @@ class BattleTracker:
         mon = self._mon(parts[2])
         effect = _effect_id(parts[3])
         if effect == "typechange" and len(parts) > 4:
-            mon.types = [to_id(t) for t in parts[4].split("/") if t]
+            # "???" (a Pokémon that lost its type, e.g. after Burn Up) is a type of its own
+            mon.types = [to_id(t) or "threequestionmarks" for t in parts[4].split("/") if t]
         elif effect.startswith("perish") or effect.startswith("stockpile"):
             mon.effects = {e for e in mon.effects if not e.startswith(effect[:6])} | {effect}
         else:
