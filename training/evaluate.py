@@ -174,15 +174,17 @@ async def _play(cfg: EvalConfig, url: str) -> list[dict]:
     for fmt in cfg.formats:
         names = ["checkpoint2"] if cfg.checkpoint2 else cfg.opponents
         for k, name in enumerate(names):
-            player = Policy(model, context, AccountConfiguration(f"rf policy {fmt[-6:]}{k}", None),
+            # Showdown names are at most 18 characters; longer ones are cut and the login check fails
+            tag = f"{fmt[3]}{fmt[-2:]}{k}"
+            player = Policy(model, context, AccountConfiguration(f"rf policy {tag}", None),
                             server_configuration=server, battle_format=fmt, max_concurrent_battles=cfg.concurrency)
             if cfg.checkpoint2:
                 model2, context2 = load_policy(cfg.checkpoint2)
-                opponent = Policy(model2, context2, AccountConfiguration(f"rf other {fmt[-6:]}{k}", None),
+                opponent = Policy(model2, context2, AccountConfiguration(f"rf other {tag}", None),
                                   server_configuration=server, battle_format=fmt,
                                   max_concurrent_battles=cfg.concurrency)
             else:
-                opponent = classes[name](AccountConfiguration(f"rf {name} {fmt[-6:]}{k}", None),
+                opponent = classes[name](AccountConfiguration(f"rf {name[:5]} {tag}", None),
                                          server_configuration=server, battle_format=fmt,
                                          max_concurrent_battles=cfg.concurrency)
             jobs.append((fmt, name, player, player.battle_against(opponent, n_battles=cfg.battles)))
