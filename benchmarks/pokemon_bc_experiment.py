@@ -1,6 +1,6 @@
 """The learning experiment anyone can rerun on a laptop: imitate the built-in heuristic player, then battle.
 
-    python benchmarks/pokemon_bc_experiment.py                    # 5,000 battles, small model, ≤ ~25 min training
+    python benchmarks/pokemon_bc_experiment.py                    # 5,000 battles, small model, ~20 min training
     python benchmarks/pokemon_bc_experiment.py --objective filtered_bc
 
 1. Generate battles of the heuristic player (p1) against the random player with the real simulator and parse them
@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--num-battles", type=int, default=5000)
     parser.add_argument("--preset", default="small")
     parser.add_argument("--objective", default="bc")
-    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--steps", type=int, default=500, help="500 steps of 32 windows: about 20 min on 2 cores")
     parser.add_argument("--battles", type=int, default=200, help="evaluation battles per opponent")
     args = parser.parse_args()
     work = Path(args.work_dir)

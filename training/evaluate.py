@@ -170,7 +170,7 @@ async def _play(cfg: EvalConfig, url: str) -> list[dict]:
     classes = {"random": RandomPlayer, "maxbp": MaxBasePowerPlayer, "heuristic": SimpleHeuristicsPlayer}
     Policy = make_player_class()
     model, context = load_policy(cfg.checkpoint)
-    rows, jobs = [], []
+    rows, jobs, clients = [], [], []
     for fmt in cfg.formats:
         names = ["checkpoint2"] if cfg.checkpoint2 else cfg.opponents
         for k, name in enumerate(names):
@@ -188,7 +188,10 @@ async def _play(cfg: EvalConfig, url: str) -> list[dict]:
                                          server_configuration=server, battle_format=fmt,
                                          max_concurrent_battles=cfg.concurrency)
             jobs.append((fmt, name, player, player.battle_against(opponent, n_battles=cfg.battles)))
+            clients.extend([player, opponent])
     await asyncio.gather(*(job for *_, job in jobs))
+    # log out before the server stops, so no websocket is cut mid-frame
+    await asyncio.gather(*(client.ps_client.stop_listening() for client in clients), return_exceptions=True)
     for fmt, name, player, _ in jobs:
         n = player.n_finished_battles
         score = player.n_won_battles + 0.5 * player.n_tied_battles
