@@ -12,16 +12,12 @@ a spectator can see at all.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipelines.pokemon.agreement import Agreement  # noqa: E402
-from pipelines.pokemon.dex import load_dex  # noqa: E402
-from pipelines.pokemon.spectator import spectator_trajectories  # noqa: E402
-from pipelines.sources import generated  # noqa: E402
+from pipelines.pokemon.agreement import Agreement, add_generated_battles  # noqa: E402
 
 
 def main() -> None:
@@ -30,18 +26,8 @@ def main() -> None:
     parser.add_argument("--formats", nargs="+", default=["gen9randombattle", "gen1ou"])
     parser.add_argument("--seed", type=int, default=31)
     args = parser.parse_args()
-    dexes = {g: load_dex(g) for g in range(1, 10)}
     for fmt in args.formats:
-        agreement = Agreement()
-        chunk = generated.chunks([fmt], args.battles, args.seed, "heuristic", "random", args.battles)[0]
-        for battle_id, payload in generated.generate(chunk):
-            record = json.loads(payload)
-            truth, _ = generated.parse(battle_id, payload, dexes, None)
-            recon = spectator_trajectories(record["spectator_log"], dexes[int(fmt[3])], format_id=fmt,
-                                           battle_id=battle_id)
-            for side in ("p1", "p2"):
-                agreement.add([r for r in truth if r["player_side"] == side],
-                              [r for r in recon if r["player_side"] == side])
+        agreement = add_generated_battles(Agreement(), fmt, args.battles, args.seed)
         print(f"\n{fmt}: {args.battles} battles, {agreement.trajectories} trajectories")
         print(agreement.report())
 

@@ -10,10 +10,9 @@ import pytest
 from conftest import shared_data
 
 from pipelines.errors import InputError, ProtocolError, TruncatedBattleError
-from pipelines.pokemon.agreement import Agreement, action_meaning
+from pipelines.pokemon.agreement import Agreement, action_meaning, add_generated_battles
 from pipelines.pokemon.dex import load_dex
 from pipelines.pokemon.spectator import spectator_trajectories
-from pipelines.sources import generated
 
 DEXES = {g: load_dex(g) for g in range(1, 10)}
 
@@ -172,16 +171,8 @@ def test_spectator_log_fuzz():
 def test_ground_truth_agreement_on_simulator_battles():
     """Reconstruct generated battles from their spectator logs and compare with the players' own streams."""
     agreement = Agreement()
-    for fmt, n in (("gen9randombattle", 100), ("gen1ou", 100)):
-        chunk = generated.chunks([fmt], n, 2024, "heuristic", "random", n)[0]
-        for battle_id, payload in generated.generate(chunk):
-            record = json.loads(payload)
-            truth, _ = generated.parse(battle_id, payload, DEXES, None)
-            recon = spectator_trajectories(record["spectator_log"], DEXES[int(fmt[3])], format_id=fmt,
-                                           battle_id=battle_id)
-            for side in ("p1", "p2"):
-                agreement.add([r for r in truth if r["player_side"] == side],
-                              [r for r in recon if r["player_side"] == side])
+    for fmt in ("gen9randombattle", "gen1ou"):
+        add_generated_battles(agreement, fmt, 100, seed=2024)
     print(agreement.report())
     assert agreement.trajectories == 400
     assert agreement.rate("decision_alignment") >= 0.99

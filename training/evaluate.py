@@ -60,7 +60,7 @@ def make_player_class():
     from pipelines.errors import InputError
     from pipelines.pokemon.dex import gen_of_format, load_dex, to_id
     from pipelines.pokemon.observation import observe
-    from pipelines.pokemon.pov import _Decision
+    from pipelines.pokemon.pov import Decision
     from pipelines.pokemon.tracker import BattleTracker
 
     class ReplayforgePlayer(Player):
@@ -96,7 +96,7 @@ def make_player_class():
                 self.fallbacks += 1
                 return self.choose_random_move(battle)
             try:
-                decision = _Decision(tracker, side, request, None)
+                decision = Decision(tracker, side, request, None)
                 state, mask13 = decision.render_state_and_mask()
             except (InputError, KeyError, TypeError, ValueError, IndexError):
                 self.fallbacks += 1
@@ -115,7 +115,7 @@ def make_player_class():
                 self.fallbacks += 1
                 return self.choose_random_move(battle)
             action = int(out.logits[0, -1].argmax())
-            active_req, move_ids, switch_slots, _ = decision._facts
+            move_ids, switch_slots = decision.slots()
             if action < 4:
                 wanted = move_ids[action] if action < len(move_ids) else None
                 for move in battle.available_moves:

@@ -10,17 +10,13 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from pipelines.sources import list_files
+
 ARCHIVES = (".zip", ".7z", ".tar", ".tar.gz", ".tgz")
 
 
 def list_inputs(root: Path) -> list[str]:
-    root = Path(root)
-    if root.is_file():
-        return [str(root)]
-    if not root.is_dir():
-        raise FileNotFoundError(f"--input {root} does not exist")
-    return sorted(str(p) for p in root.rglob("*") if p.is_file() and (p.name.endswith(".slp")
-                                                                     or p.name.endswith(ARCHIVES)))
+    return list_files(root, (".slp", *ARCHIVES))
 
 
 def iter_path(path: str, root: str) -> Iterator[tuple[str, bytes | None, str | None]]:

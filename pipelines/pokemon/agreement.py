@@ -97,3 +97,24 @@ class Agreement:
         for name in sorted(self.total):
             lines.append(f"{name:40s} {self.agree[name]:9d} {self.total[name]:9d} {self.rate(name):8.2%}")
         return "\n".join(lines)
+
+
+def add_generated_battles(agreement: Agreement, format_id: str, num_battles: int, seed: int) -> Agreement:
+    """Play ``num_battles`` simulator battles (heuristic vs random), then add each player's exact trajectory and
+    its reconstruction from the spectator log to ``agreement``."""
+    import json
+
+    from pipelines.pokemon.dex import gen_of_format, load_dex
+    from pipelines.pokemon.spectator import spectator_trajectories
+    from pipelines.sources import generated
+
+    dexes = {g: load_dex(g) for g in range(1, 10)}
+    chunk = generated.chunks([format_id], num_battles, seed, "heuristic", "random", num_battles)[0]
+    for battle_id, payload in generated.generate(chunk):
+        truth, _ = generated.parse(battle_id, payload, dexes, None)
+        recon = spectator_trajectories(json.loads(payload)["spectator_log"], dexes[gen_of_format(format_id)],
+                                       format_id=format_id, battle_id=battle_id)
+        for side in ("p1", "p2"):
+            agreement.add([r for r in truth if r["player_side"] == side],
+                          [r for r in recon if r["player_side"] == side])
+    return agreement

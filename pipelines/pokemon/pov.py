@@ -25,7 +25,7 @@ def _move_key(move_id: str) -> str:
     return move_id.rstrip("0123456789")
 
 
-class _Decision:
+class Decision:
     """The state, action and exact mask for one request."""
 
     def __init__(self, tracker: BattleTracker, side_id: str, request: dict, choice: str | None):
@@ -110,6 +110,12 @@ class _Decision:
         self._facts = (active_req, move_ids, switch_slots, forced)
         return state, mask
 
+    def slots(self) -> tuple[list[str], list[int]]:
+        """(move ids in action order, request team indices of the switch actions), after rendering: what a player
+        needs to turn an action id back into a simulator choice."""
+        _, move_ids, switch_slots, _ = self._facts
+        return move_ids, switch_slots
+
     def action(self) -> int:
         """The action id of the recorded choice (call after ``render_state_and_mask``)."""
         active_req, move_ids, switch_slots, forced = self._facts
@@ -158,7 +164,7 @@ def pov_trajectory(record: dict, side_id: str, dex: Dex) -> list[dict]:
             if unanswered:  # the previous request was rejected and this one re-sent in its place
                 steps.pop()
                 turns.pop()
-            decision = _Decision(tracker, side_id, req, event.get("choice"))
+            decision = Decision(tracker, side_id, req, event.get("choice"))
             unanswered = event.get("choice") is None
             try:
                 steps.append(decision.render_state_and_mask() + (decision,))

@@ -26,6 +26,7 @@ from pipelines.errors import (
     UnknownFormatError,
 )
 from pipelines.pokemon.trajectory import TrajectoryMeta, build_rows, derived_mask
+from pipelines.sources import list_files
 
 HUB_REPO = "jakegrigsby/metamon-parsed-replays"
 HUB_REVISION = "v1"
@@ -68,15 +69,8 @@ def parse_name(name: str) -> FileName:
 
 
 def list_inputs(root: Path) -> list[str]:
-    """Loose ``.json.lz4`` files and archives under ``root`` (or ``root`` itself), sorted, as absolute paths."""
-    root = Path(root)
-    if root.is_file():
-        return [str(root)]
-    if not root.is_dir():
-        raise FileNotFoundError(f"--input {root} does not exist")
-    found = [p for p in root.rglob("*") if p.is_file() and (p.name.endswith(".json.lz4") or
-                                                            p.name.endswith(_ARCHIVE_SUFFIXES))]
-    return sorted(str(p) for p in found)
+    """Loose ``.json.lz4`` files and archives under ``root`` (or ``root`` itself), sorted."""
+    return list_files(root, (".json.lz4", *_ARCHIVE_SUFFIXES))
 
 
 def is_archive(path: str) -> bool:

@@ -21,6 +21,7 @@ from pathlib import Path
 from pipelines.errors import InvalidJsonError, InvalidRecordError, UnknownFormatError
 from pipelines.pokemon.dex import Dex, gen_of_format
 from pipelines.pokemon.spectator import spectator_trajectories
+from pipelines.sources import list_files
 
 HUB = {
     "hf-raw": ("jakegrigsby/metamon-raw-replays", "v1"),
@@ -167,21 +168,11 @@ def parse(source: str, payload: bytes, dexes: dict[int, Dex], filters: ReplayFil
 
 
 def list_json(root: Path) -> list[str]:
-    root = Path(root)
-    if root.is_file():
-        return [str(root)]
-    if not root.is_dir():
-        raise FileNotFoundError(f"--input {root} does not exist")
-    return sorted(str(p) for p in root.rglob("*.json") if p.is_file())
+    return list_files(root, (".json",))
 
 
 def list_parquet(root: Path) -> list[str]:
-    root = Path(root)
-    if root.is_file():
-        return [str(root)]
-    if not root.is_dir():
-        raise FileNotFoundError(f"--input {root} does not exist")
-    return sorted(str(p) for p in root.rglob("*.parquet") if p.is_file())
+    return list_files(root, (".parquet",))
 
 
 def download(source: str, out_dir: Path, revision: str | None, formats: list[str]) -> str:
