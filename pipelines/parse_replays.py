@@ -173,12 +173,14 @@ class ParseInputs:
             self.schema = FRAMES_SCHEMA
         vocabulary()
 
-    def _parse_one(self, input_id: str, payload: bytes) -> tuple[list[dict] | pa.Table, str | None, list | None]:
+    def _parse_one(self, input_id: str, payload: bytes, sha256: str) -> tuple[list[dict] | pa.Table, str | None,
+                                                                               list | None]:
         """(rows or a table, filter reason, index rows the rows cannot tell) for one input."""
         if self.source == "slp":
             from pipelines.melee.slp import parse_slp
 
-            table, info = parse_slp(payload, input_id=input_id, source=self.source, filters=self.slp_filters)
+            table, info = parse_slp(payload, input_id=input_id, source=self.source, filters=self.slp_filters,
+                                    sha256=sha256)
             return (None, info, None) if table is None else (table, None, [info])
         rows, reason = self._parse_pokemon(input_id, payload)
         return rows, reason, None
@@ -215,7 +217,7 @@ class ParseInputs:
                 try:
                     if read_error is not None or payload is None:
                         raise ReadError(read_error or "input could not be read")
-                    rows, filter_reason, index_rows = self._parse_one(input_id, payload)
+                    rows, filter_reason, index_rows = self._parse_one(input_id, payload, sha)
                     if filter_reason is not None:
                         record.update(status="filtered", stage="filter", error_type="filter", reason=filter_reason,
                                       message=f"excluded by filter {filter_reason}")

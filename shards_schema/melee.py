@@ -158,6 +158,31 @@ PROJECTILE_TYPE = pa.struct(arrow_fields(Projectile))
 
 
 @dataclass(frozen=True, kw_only=True)
+class ProjectileSlots:
+    """The first ``PROJECTILE_SLOTS`` active projectiles of a frame by spawn id; a slot is null when fewer are active.
+
+    Fixed named slots, not a list: Parquet writes a list with repetition levels for every slot of every frame,
+    which cost 0.40 µs per frame against 0.16 for these structs (measured on the shared replays), the largest
+    share of writing a frame.
+
+    Attributes:
+        slot0: the projectile with the lowest spawn id.
+        slot1: the next one.
+        slot2: the next one.
+        slot3: the next one.
+    """
+
+    slot0: Projectile | None
+    slot1: Projectile | None
+    slot2: Projectile | None
+    slot3: Projectile | None
+
+
+SLOT_NAMES = tuple(f"slot{k}" for k in range(PROJECTILE_SLOTS))
+assert SLOT_NAMES == tuple(f.name for f in arrow_fields(ProjectileSlots)), "PROJECTILE_SLOTS and the slots differ"
+
+
+@dataclass(frozen=True, kw_only=True)
 class MeleeFrame:
     """One frame of one game.
 
@@ -167,7 +192,7 @@ class MeleeFrame:
         p0: the lower port's player.
         p1: the higher port's player.
         num_projectiles: active projectiles this frame (null before 3.0: no item data).
-        projectiles: the first 4 active projectiles by spawn id, null slots when fewer (null list before 3.0).
+        projectiles: the first 4 active projectiles by spawn id in named slots (null before 3.0).
     """
 
     game_id: str
@@ -175,8 +200,7 @@ class MeleeFrame:
     p0: Player
     p1: Player
     num_projectiles: Annotated[int, pa.uint8()] | None
-    projectiles: Annotated[list[Projectile | None],
-                           pa.list_(pa.field("item", PROJECTILE_TYPE, nullable=True), PROJECTILE_SLOTS)] | None
+    projectiles: ProjectileSlots | None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -39,7 +39,7 @@ POKEMON_TURNS = CodeVersions(
 )
 
 MELEE_FRAMES = CodeVersions(
-    schema="1.0.0",
+    schema="2.0.0",  # 2.0.0: projectile slots are four named structs instead of a fixed-size list
     parser="1.0.0",
     observation="0.0.0",
     reparse_command="python pipelines/parse_replays.py --source slp --input <replays> --out <dir>",

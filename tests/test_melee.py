@@ -16,6 +16,7 @@ from conftest import shared_data
 from pipelines.errors import InputError
 from pipelines.melee.slp import SlpError, SlpFilters, parse_slp
 from pipelines.melee.synthetic import FOX_LASER, SHYGUY, SyntheticGame, lasers, position, write_slp
+from shards_schema.melee import SLOT_NAMES
 
 ALL = SlpFilters(min_frames=0, allow_cpu=True)
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "melee_enums"
@@ -101,8 +102,10 @@ def test_nana_is_carried(name):
 def test_projectile_counts(name, count):
     table, _ = _parse_shared(name)
     assert pc.sum(table.column("num_projectiles")).as_py() == count
-    slots = pc.list_flatten(table.column("projectiles"))
-    assert SHYGUY not in set(pc.struct_field(slots, "type").to_pylist())  # stage entities are not projectiles
+    types = set()
+    for slot in SLOT_NAMES:
+        types |= set(pc.struct_field(table.column("projectiles"), [slot, "type"]).drop_null().to_pylist())
+    assert types and SHYGUY not in types  # stage entities are not projectiles
 
 
 def test_fox_lasers_reach_the_opponent_features():
@@ -125,7 +128,9 @@ def test_synthetic_exact_values_rollback_and_filters():
             assert row[slot]["leader"]["y"] == pytest.approx(y, abs=1e-4)
         live = lasers(row["frame"], game)
         assert row["num_projectiles"] == len(live)
-        assert [s["spawn_id"] for s in row["projectiles"] if s] == [spawn for spawn, _, _ in live][:4]
+        slots = [row["projectiles"][name] for name in SLOT_NAMES]
+        assert [s["spawn_id"] for s in slots if s] == [spawn for spawn, _, _ in live][:4]
+        assert all(s is None for s in slots[len(live):])
         if live:
             p1x, p1y = position(1, row["frame"])
             nearest = min(live, key=lambda s: (s[1] - p1x) ** 2 + (s[2] - p1y) ** 2)

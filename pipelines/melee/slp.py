@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.errors import InputError
-from shards_schema.melee import FRAMES_SCHEMA, PROJECTILE_SLOTS, PROJECTILE_TYPE
+from shards_schema.melee import FRAMES_SCHEMA, PROJECTILE_SLOTS, PROJECTILE_TYPE, SLOT_NAMES
 
 # Character-made items (Mario's fireball .. Mario/Luigi coin in peppi's item enum). Not projectiles: regular items
 # (0-42), stage enemies (43-47), Pokémon and their attacks (160-206), stage entities such as Shy Guys (208+).
@@ -53,20 +53,47 @@ class SlpFilters:
     max_major: int = 3
 
 
-def _read(data: bytes):
+class _ReplayFile:
+    """One reusable in-memory file per process that peppi reads replays from by path.
+
+    peppi-py 0.8.6 reads only paths. A fresh temporary file per replay cost ~0.2 µs per frame in page allocation
+    and unlinking (a quarter of peppi's own read); an anonymous memory file that is overwritten in place keeps its
+    pages. Falls back to a tmpfs temporary file where ``memfd_create`` does not exist."""
+
+    fd: int | None = None
+
+    @classmethod
+    def path_with(cls, data: bytes) -> str | None:
+        if not hasattr(os, "memfd_create"):
+            return None
+        if cls.fd is None:
+            cls.fd = os.memfd_create("replayforge-slp")
+        view, written = memoryview(data), 0
+        while written < len(view):
+            written += os.pwrite(cls.fd, view[written:], written)
+        os.ftruncate(cls.fd, len(view))
+        return f"/proc/self/fd/{cls.fd}"
+
+
+def _read(data: bytes | None, path: str | None = None):
+    """peppi's raw Arrow game from a replay's bytes or, for a local file, its path."""
     import peppi_py._peppi as peppi
 
-    # peppi reads paths; a tmpfs file keeps archive members off the disk
-    directory = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    with tempfile.NamedTemporaryFile(suffix=".slp", dir=directory) as fh:
-        fh.write(data)
-        fh.flush()
-        try:
+    try:
+        if path is None:
+            path = _ReplayFile.path_with(data)
+        if path is not None:
+            return peppi.read_slippi(path, False)
+        # peppi reads paths; a tmpfs file keeps archive members off the disk
+        directory = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        with tempfile.NamedTemporaryFile(suffix=".slp", dir=directory) as fh:
+            fh.write(data)
+            fh.flush()
             return peppi.read_slippi(fh.name, False)
-        except BaseException as err:  # noqa: BLE001 - peppi raises OSError/ValueError/pyo3 panics on bad files
-            if isinstance(err, (KeyboardInterrupt, SystemExit)):
-                raise
-            raise SlpError(f"peppi cannot read it: {type(err).__name__}: {str(err)[:300]}") from err
+    except BaseException as err:  # noqa: BLE001 - peppi raises OSError/ValueError/pyo3 panics on bad files
+        if isinstance(err, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise SlpError(f"peppi cannot read it: {type(err).__name__}: {str(err)[:300]}") from err
 
 
 def _field(struct: pa.StructArray | None, *path: str) -> pa.Array | None:
@@ -119,14 +146,30 @@ def _character(frames_post: pa.StructArray, n: int, version: tuple, validity: pa
 
 def _null_structs(n: int, arrow_type: pa.DataType) -> pa.Array:
     """n nulls whose child slots hold default values (``pa.nulls`` leaves them null, which Parquet rejects for
-    non-nullable children)."""
+    non-nullable children). Sliced from one cached array per type: building it per game cost ~7% of a short game."""
+    cached = _NULL_STRUCTS.get(arrow_type)
+    if cached is None or len(cached) < n:
+        size = max(n, 2 * len(cached) if cached is not None else 1 << 15)
+        cached = _NULL_STRUCTS[arrow_type] = _build_null_structs(size, arrow_type)
+    return cached.slice(0, n)
+
+
+_NULL_STRUCTS: dict[pa.DataType, pa.Array] = {}
+
+
+def _build_null_structs(n: int, arrow_type: pa.DataType) -> pa.Array:
     all_null = pa.array(np.ones(n, bool))
-    if pa.types.is_fixed_size_list(arrow_type):
-        child = _null_structs(n * arrow_type.list_size, arrow_type.value_type)
-        return pa.FixedSizeListArray.from_arrays(child, arrow_type.list_size, mask=all_null)
-    children = [pa.array(np.zeros(n, f.type.to_pandas_dtype())).cast(f.type) if f.type != pa.string()
+    children = [_build_null_structs(n, f.type) if pa.types.is_struct(f.type)
+                else pa.array(np.zeros(n, f.type.to_pandas_dtype())).cast(f.type) if f.type != pa.string()
                 else pa.array([""] * n) for f in arrow_type]
     return pa.StructArray.from_arrays(children, fields=list(arrow_type), mask=all_null)
+
+
+def _repeated_string(value: str, n: int) -> pa.Array:
+    """A string column holding ``value`` n times, built from buffers (a Python list of n strings costs more)."""
+    encoded = value.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * len(encoded)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(encoded * n))
 
 
 def _controller(pre: pa.StructArray, n: int) -> pa.StructArray:
@@ -182,29 +225,31 @@ def _slots(p: _Projectiles, n: int) -> tuple[pa.Array, pa.Array]:
     starts = np.zeros(n, np.int64)
     starts[1:] = np.cumsum(counts)[:-1]
     rank = np.arange(len(p.frame), dtype=np.int64) - starts[p.frame]
-    take = rank < PROJECTILE_SLOTS
-    slot_index = p.frame[take] * PROJECTILE_SLOTS + rank[take]
-    size = n * PROJECTILE_SLOTS
-    valid = np.zeros(size, bool)
-    valid[slot_index] = True
+    slots = []
+    for k in range(PROJECTILE_SLOTS):
+        take = rank == k
+        frame = p.frame[take]
+        valid = np.zeros(n, bool)
+        valid[frame] = True
 
-    def spread(values, dtype):
-        out = np.zeros(size, dtype)
-        out[slot_index] = values[take]
-        return out
+        def spread(values, dtype, take=take, frame=frame):
+            out = np.zeros(n, dtype)
+            out[frame] = values[take]
+            return out
 
-    owner = None if p.owner is None else spread(p.owner, np.int8)
-    fields = {
-        "type": pa.array(spread(p.type, np.uint16)), "state": pa.array(spread(p.state, np.uint8)),
-        "x": pa.array(spread(p.x, np.float32)), "y": pa.array(spread(p.y, np.float32)),
-        "vx": pa.array(spread(p.vx, np.float32)), "vy": pa.array(spread(p.vy, np.float32)),
-        "owner": pa.nulls(size, pa.int8()) if owner is None else pa.array(owner, mask=~valid | (owner < 0)),
-        "spawn_id": pa.array(spread(p.spawn_id, np.uint32)),
-    }
-    structs = pa.StructArray.from_arrays([fields[f.name] for f in PROJECTILE_TYPE], fields=list(PROJECTILE_TYPE),
-                                         mask=pa.array(~valid))
-    slots = pa.FixedSizeListArray.from_arrays(structs, PROJECTILE_SLOTS)
-    return pa.array(counts.astype(np.uint8), pa.uint8()), slots
+        owner = None if p.owner is None else spread(p.owner, np.int8)
+        fields = {
+            "type": pa.array(spread(p.type, np.uint16)), "state": pa.array(spread(p.state, np.uint8)),
+            "x": pa.array(spread(p.x, np.float32)), "y": pa.array(spread(p.y, np.float32)),
+            "vx": pa.array(spread(p.vx, np.float32)), "vy": pa.array(spread(p.vy, np.float32)),
+            "owner": pa.nulls(n, pa.int8()) if owner is None else pa.array(owner, mask=~valid | (owner < 0)),
+            "spawn_id": pa.array(spread(p.spawn_id, np.uint32)),
+        }
+        slots.append(pa.StructArray.from_arrays([fields[f.name] for f in PROJECTILE_TYPE],
+                                                fields=list(PROJECTILE_TYPE), mask=pa.array(~valid)))
+    slots_type = FRAMES_SCHEMA.field("projectiles").type
+    return (pa.array(counts.astype(np.uint8), pa.uint8()),
+            pa.StructArray.from_arrays(slots, fields=[slots_type.field(name) for name in SLOT_NAMES]))
 
 
 def _nearest(p: _Projectiles, n: int, me_x: np.ndarray, me_y: np.ndarray, foe_port: int):
@@ -225,9 +270,13 @@ def _nearest(p: _Projectiles, n: int, me_x: np.ndarray, me_y: np.ndarray, foe_po
     return pa.array(out_dx, mask=~valid), pa.array(out_dy, mask=~valid), pa.array(out_t, mask=~valid)
 
 
-def parse_slp(data: bytes, *, input_id: str, source: str, filters: SlpFilters) -> tuple[pa.Table | None, dict | str]:
-    """(frames table, games-index row without file/row_start) or (None, filter reason)."""
-    game = _read(data)
+def parse_slp(data: bytes, *, input_id: str, source: str, filters: SlpFilters, sha256: str | None = None,
+              path: str | None = None) -> tuple[pa.Table | None, dict | str]:
+    """(frames table, games-index row without file/row_start) or (None, filter reason).
+
+    ``sha256``: the bytes' digest when the caller has it already (it is the game id); ``path``: the replay as a
+    local file holding exactly ``data``, which peppi then reads directly."""
+    game = _read(data, path)
     start = game.start
     version = tuple(start["slippi"]["version"][:3])
     if version < filters.min_version or version[0] > filters.max_major:
@@ -287,9 +336,9 @@ def parse_slp(data: bytes, *, input_id: str, source: str, filters: SlpFilters) -
     else:
         num = pa.nulls(n, pa.uint8())
         slots = _null_structs(n, FRAMES_SCHEMA.field("projectiles").type)
-    game_id = hashlib.sha256(data).hexdigest()
+    game_id = sha256 or hashlib.sha256(data).hexdigest()
     table = pa.Table.from_arrays(
-        [pa.array([game_id] * n, pa.string()), pa.array(unique_ids.astype(np.int32)), player_arrays[0],
+        [_repeated_string(game_id, n), pa.array(unique_ids.astype(np.int32)), player_arrays[0],
          player_arrays[1], num, slots], schema=FRAMES_SCHEMA)
     stocks = [post.field("stocks").to_numpy() for post in
               (port_structs.field(nm).field("leader").field("post") for nm in port_names)]
