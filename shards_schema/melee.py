@@ -39,8 +39,8 @@ class Controller:
         c_x: processed c-stick x in [-1, 1].
         c_y: processed c-stick y in [-1, 1].
         trigger: processed analog trigger in [0, 1].
-        trigger_l: physical L trigger in [0, 1].
-        trigger_r: physical R trigger in [0, 1].
+        trigger_l: physical L trigger in [0, 1] (null where the file holds a value outside it).
+        trigger_r: physical R trigger in [0, 1] (null where the file holds a value outside it: Slippi 0.1-1.0).
     """
 
     buttons: u16
@@ -49,8 +49,8 @@ class Controller:
     c_x: float
     c_y: float
     trigger: float
-    trigger_l: float
-    trigger_r: float
+    trigger_l: float | None
+    trigger_r: float | None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -40,7 +40,7 @@ POKEMON_TURNS = CodeVersions(
 
 MELEE_FRAMES = CodeVersions(
     schema="2.0.0",  # 2.0.0: projectile slots are four named structs instead of a fixed-size list
-    parser="1.0.0",
+    parser="2.0.0",  # 2.0.0: physical trigger values outside [0, 1] (garbage in Slippi 0.1-1.0 files) are null
     observation="0.0.0",
     reparse_command="python pipelines/parse_replays.py --source slp --input <replays> --out <dir>",
     refeaturize_command=None,

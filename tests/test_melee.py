@@ -209,3 +209,12 @@ def test_hub_download_pins_and_filters(monkeypatch, tmp_path):
     assert sources.download("erickfm/melee-ranked-replays", tmp_path, "v2", ["*FOX*"]) == \
         "erickfm/melee-ranked-replays@abc123"
     assert fetched == [("FOX.tar.gz", "abc123")]
+
+
+def test_garbage_physical_triggers_are_null_not_values():
+    table, game = _parse_shared("peppi__v0.1.slp")  # Slippi 0.1 files carry 3.78e22 as the physical R trigger
+    for player in ("p0", "p1"):
+        trigger_r = pc.struct_field(table.column(player), ["controller", "trigger_r"])
+        assert trigger_r.null_count == table.num_rows
+        trigger_l = pc.struct_field(table.column(player), ["controller", "trigger_l"]).drop_null().to_numpy()
+        assert len(trigger_l) and trigger_l.min() >= 0 and trigger_l.max() <= 1

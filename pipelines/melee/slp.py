@@ -180,7 +180,20 @@ def _controller(pre: pa.StructArray, n: int) -> pa.StructArray:
         "trigger": _field(pre, "triggers"), "trigger_l": _field(pre, "triggers_physical", "l"),
         "trigger_r": _field(pre, "triggers_physical", "r"),
     }
+    for name in ("trigger_l", "trigger_r"):
+        cols[name] = _unit_interval_or_null(_col(cols[name], n, pa.float32()))
     return pa.StructArray.from_arrays([_col(cols[f.name], n, f.type) for f in t], fields=list(t))
+
+
+def _unit_interval_or_null(array: pa.Array) -> pa.Array:
+    """Physical trigger values outside [0, 1] are garbage, not readings: replays of Slippi 0.1-1.0 carry 3.78e22 in
+    every frame's physical R trigger (found when a world model's inputs blew up); they become null."""
+    values = array.to_numpy(zero_copy_only=False)
+    with np.errstate(invalid="ignore"):
+        bad = ~((values >= 0.0) & (values <= 1.0))
+    if not bad.any():
+        return array
+    return pa.array(values, pa.float32(), mask=bad | ~pc.is_valid(array).to_numpy(zero_copy_only=False))
 
 
 @dataclass

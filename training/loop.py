@@ -1,0 +1,122 @@
+"""Pieces every Ray Train entry point shares: RNG state capture, checkpoints that resume exactly, metric writers
+(CSV always, Weights & Biases offline unless the user is logged in), and the local Ray start."""
+
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def rng_state() -> dict:
+    import random
+
+    import numpy as np
+    import torch
+
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def report_checkpoint(payload: dict, metrics: dict, rank: int, world: int) -> None:
+    """Report metrics with a checkpoint holding ``payload`` plus every worker's RNG state (only rank 0 writes)."""
+    import ray.train
+    import torch
+    import torch.distributed as dist
+
+    rng = [None] * world
+    if world > 1 and dist.is_initialized():
+        dist.all_gather_object(rng, rng_state())
+    else:
+        rng = [rng_state()]
+    with tempfile.TemporaryDirectory() as directory:
+        checkpoint = None
+        if rank == 0:
+            torch.save({**payload, "rng": rng}, Path(directory) / "state.pt")
+            checkpoint = ray.train.Checkpoint.from_directory(directory)
+        ray.train.report(metrics, checkpoint=checkpoint)
+
+
+def load_checkpoint(config: dict, device) -> dict | None:
+    """The state to resume from: Ray's own (a restarted run) or ``resume_path`` (``--resume``), else None."""
+    import ray.train
+    import torch
+
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        path = Path(checkpoint.path) / "state.pt"
+    elif config.get("resume_path"):
+        path = Path(config["resume_path"]) / "state.pt"
+    else:
+        return None
+    return torch.load(path, map_location=device, weights_only=False)
+
+
+def latest_checkpoint(out: Path) -> Path | None:
+    found = sorted((out / "ray").rglob("state.pt"), key=lambda p: p.stat().st_mtime)
+    return found[-1].parent if found else None
+
+
+class MetricsWriter:
+    """CSV always (one file per table: ``metrics.csv``, ``eval.csv``, ...); Weights & Biases offline unless the user
+    is logged in (or as ``wandb_mode`` says)."""
+
+    def __init__(self, out: Path, config: dict, wandb_mode: str, tag: str = "train"):
+        out.mkdir(parents=True, exist_ok=True)
+        self.out, self.tag = out, tag
+        self.files: dict[str, tuple] = {}
+        self.run = None
+        mode = wandb_mode
+        if mode == "auto":
+            mode = "online" if os.environ.get("WANDB_API_KEY") or (Path.home() / ".netrc").exists() else "offline"
+        if mode != "disabled":
+            import wandb
+
+            self.run = wandb.init(project="replayforge", dir=str(out), mode=mode, config=config, resume="allow")
+
+    def write(self, metrics: dict, table: str = "metrics") -> None:
+        if table not in self.files:
+            handle = open(self.out / f"{table}.csv", "a", newline="")
+            writer = csv.DictWriter(handle, fieldnames=list(metrics))
+            if handle.tell() == 0:
+                writer.writeheader()
+            self.files[table] = (handle, writer)
+        handle, writer = self.files[table]
+        writer.writerow(metrics)
+        handle.flush()
+        print(f"[{self.tag}] " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                          for k, v in metrics.items()))
+        if self.run is not None:
+            self.run.log(metrics, step=metrics["step"])
+
+    def close(self) -> None:
+        for handle, _ in self.files.values():
+            handle.close()
+        if self.run is not None:
+            self.run.finish()
+
+
+def init_local_ray() -> None:
+    """Attach to RAY_ADDRESS when set (a cluster, ``ray job submit``), else start a private local instance."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init()
+    else:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=True,
+                 runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}})
