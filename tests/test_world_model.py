@@ -129,3 +129,16 @@ def test_validation_windows_are_held_out_games(shared_frames):
     index = open_version(shared_frames).index().to_pylist()
     expected = sum(max(1, -(-(r["num_rows"] - 1) // 32)) for r in index if r["game_id"] in val)
     assert len(windows["valid"]) == expected
+
+
+def test_run_stream_resumes_where_it_stopped(shared_frames):
+    from shards_schema.reader import open_version
+    from training.melee_windows import run_specs
+
+    version = open_version(shared_frames)
+    per_epoch = len(window_specs(version, 32, 0))
+    straight = run_specs(version, 32, 0, None, start=0, count=3 * per_epoch)
+    resumed = run_specs(version, 32, 0, None, start=per_epoch + 5, count=2 * per_epoch - 5)
+    assert straight[per_epoch + 5:] == resumed
+    first, second = straight[:per_epoch], straight[per_epoch:2 * per_epoch]
+    assert [s["row_start"] for s in first] != [s["row_start"] for s in second]  # a new order and phase each epoch

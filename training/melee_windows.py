@@ -117,21 +117,44 @@ def featurize(table: pa.Table) -> dict[str, np.ndarray]:
             "ctrl": ctrl}
 
 
-def window_specs(version: ShardVersion, context: int, seed: int, games: list[str] | None = None) -> list[dict]:
+def window_specs(version: ShardVersion, context: int, seed: int, games: list[str] | None = None,
+                 phase: int = 0) -> list[dict]:
     """(file, first row, frames, stage) of every window of ``context`` + 1 frames, in a seeded shuffled order.
 
-    ``games``: only these game ids (a train/validation split)."""
+    ``games``: only these game ids (a train/validation split); ``phase``: frames skipped at each game's start
+    before the first window (epochs use different phases so windows do not always start at the same frames)."""
     specs = []
     index = version.index().select(["game_id", "file", "row_start", "num_rows", "stage"]).to_pylist()
     keep = set(games) if games is not None else None
     for row in index:
         if keep is not None and row["game_id"] not in keep:
             continue
-        for offset in range(0, max(1, row["num_rows"] - 1), context):
+        first = phase if row["num_rows"] > phase + 1 else 0
+        for offset in range(first, max(first + 1, row["num_rows"] - 1), context):
             specs.append({"file": row["file"], "row_start": row["row_start"] + offset,
                           "num_rows": min(context + 1, row["num_rows"] - offset), "stage": int(row["stage"])})
     random.Random(seed).shuffle(specs)
     return [{**spec, "window": i} for i, spec in enumerate(specs)]
+
+
+def run_specs(version: ShardVersion, context: int, seed: int, games: list[str] | None, start: int,
+              count: int) -> list[dict]:
+    """Windows ``start .. start+count`` of a training run's stream: epoch after epoch, each shuffled with its own
+    seed and cut at its own phase (epoch 0 at phase 0). A pure function of its arguments: a run resumed at step s
+    asks for ``start = s × batch`` and reads exactly what the uninterrupted run would have read."""
+    out: list[dict] = []
+    epoch, position = 0, 0
+    while len(out) < count:
+        phase = 0 if epoch == 0 else random.Random(f"{seed}:{epoch}").randrange(context)
+        specs = window_specs(version, context, seed + epoch, games, phase)
+        if not specs:
+            raise ValueError("no windows to train on")
+        if position + len(specs) > start:
+            lo = max(0, start - position)
+            out.extend(specs[lo:lo + count - len(out)])
+        position += len(specs)
+        epoch += 1
+    return [{**spec, "window": start + i} for i, spec in enumerate(out)]
 
 
 def split_games(version: ShardVersion, validation_share: float, seed: int) -> tuple[list[str], list[str]]:
@@ -176,15 +199,14 @@ class LoadFrameWindows:
         return out
 
 
-def windows_dataset(version_path: str, context: int, seed: int, games: list[str] | None = None):
-    """The Ray Dataset of padded windows in the seeded order, and its length."""
+def windows_dataset(version_path: str, context: int, specs: list[dict]):
+    """The Ray Dataset of padded windows for these specs, in their order (order is preserved when read)."""
     import ray.data
 
-    specs = window_specs(open_version(version_path), context, seed, games)
     ds = ray.data.from_items(specs, override_num_blocks=max(1, min(len(specs) // 64, 200)))
     return ds.map_batches(LoadFrameWindows, fn_constructor_kwargs={"version_path": version_path, "context": context},
                           batch_format="numpy", batch_size=64, compute=ray.data.ActorPoolStrategy(size=1),
-                          num_cpus=0.25), len(specs)
+                          num_cpus=0.25)
 
 
 assert PROJECTILE_SLOTS == sum(1 for name, _ in CAT_FIELDS if name.endswith(".owner"))

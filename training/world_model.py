@@ -210,42 +210,40 @@ def train_loop_per_worker(config: dict) -> None:
         if rank == 0 else {}
     shard = ray.train.get_dataset_shard("train")
     per_worker = cfg.batch_size // world
-    batches_per_epoch = max(1, config["num_windows"] // cfg.batch_size)
     writer = MetricsWriter(Path(cfg.out), dataclasses.asdict(cfg), cfg.wandb_mode, "world-model") if rank == 0 else None
     start, frames = time.monotonic(), 0
-    while step < cfg.steps:
-        # every worker reads the same ordered stream and keeps its slice of each global batch: exact resume
-        skip = step % batches_per_epoch
-        for i, batch in enumerate(shard.iter_torch_batches(batch_size=cfg.batch_size, device=device,
-                                                           drop_last=True)):
-            if i < skip:
-                continue
-            local = {k: v[rank * per_worker:(rank + 1) * per_worker] for k, v in batch.items() if k != "window"}
-            # seeded per step, not drawn from the global RNG: the same steps are sampled after a resume
-            sampled = torch.rand((), generator=torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)) \
-                < cfg.scheduled_sampling
-            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=cuda):
-                parts = train_step(model, local, bool(sampled))
-            optimizer.zero_grad(set_to_none=True)
-            parts["total"].backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            step += 1
-            frames += int(local["valid"][:, 1:].sum()) * world
-            metrics = {"step": step, **{f"loss_{k}": float(v) for k, v in parts.items()},
-                       "scheduled": int(sampled), "frames_per_s": frames / (time.monotonic() - start)}
-            save = step % cfg.checkpoint_every == 0 or step == cfg.steps
-            if writer and (step % cfg.log_every == 0 or save):
-                writer.write(metrics)
-            if writer and val and (step % cfg.eval_every == 0 or step == cfg.steps):
-                writer.write({"step": step, **evaluate(getattr(model, "module", model), val, device)}, "eval")
-            if save:
-                payload = {"model": getattr(model, "module", model).state_dict(), "optimizer": optimizer.state_dict(),
-                           "step": step, "config": dataclasses.asdict(cfg),
-                           "model_config": dataclasses.asdict(model_config(cfg))}
-                report_checkpoint(payload, metrics, rank, world)
-            if step >= cfg.steps:
-                break
+    # The stream holds the batches of steps first_step+1 .. steps in order (run() cuts it from the resume point);
+    # every worker reads the same stream and keeps its slice of each global batch.
+    skip = step - config["first_step"]  # > 0 only when Ray restarted the run from a later checkpoint
+    for i, batch in enumerate(shard.iter_torch_batches(batch_size=cfg.batch_size, device=device, drop_last=True)):
+        if i < skip:
+            continue
+        if step >= cfg.steps:
+            break
+        local = {k: v[rank * per_worker:(rank + 1) * per_worker] for k, v in batch.items() if k != "window"}
+        # seeded per step, not drawn from the global RNG: the same steps are sampled after a resume
+        sampled = bool(torch.rand((), generator=torch.Generator().manual_seed(cfg.seed * 1_000_003 + step))
+                       < cfg.scheduled_sampling)
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=cuda):
+            parts = train_step(model, local, sampled)
+        optimizer.zero_grad(set_to_none=True)
+        parts["total"].backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        step += 1
+        frames += int(local["valid"][:, 1:].sum()) * world
+        metrics = {"step": step, **{f"loss_{k}": float(v) for k, v in parts.items()},
+                   "scheduled": int(sampled), "frames_per_s": frames / (time.monotonic() - start)}
+        save = step % cfg.checkpoint_every == 0 or step == cfg.steps
+        if writer and (step % cfg.log_every == 0 or save):
+            writer.write(metrics)
+        if writer and val and (step % cfg.eval_every == 0 or step == cfg.steps):
+            writer.write({"step": step, **evaluate(getattr(model, "module", model), val, device)}, "eval")
+        if save:
+            payload = {"model": getattr(model, "module", model).state_dict(), "optimizer": optimizer.state_dict(),
+                       "step": step, "config": dataclasses.asdict(cfg),
+                       "model_config": dataclasses.asdict(model_config(cfg))}
+            report_checkpoint(payload, metrics, rank, world)
     if writer:
         writer.close()
 
@@ -257,24 +255,29 @@ def run(cfg: WorldModelTrainConfig):
 
     from shards_schema.reader import open_version
     from training.loop import init_local_ray, latest_checkpoint
-    from training.melee_windows import split_games, windows_dataset
+    from training.melee_windows import run_specs, split_games, window_specs, windows_dataset
 
     init_local_ray()
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     shards = str(Path(cfg.shards).resolve())
-    train_games, val_games = split_games(open_version(shards), cfg.validation_share, cfg.seed)
-    dataset, num_windows = windows_dataset(shards, cfg.context, cfg.seed, train_games)
-    if num_windows < cfg.batch_size:
-        raise ValueError(f"{cfg.shards} has {num_windows} training windows of {cfg.context} frames, fewer than one "
-                         f"batch of {cfg.batch_size}")
+    version = open_version(shards)
+    train_games, val_games = split_games(version, cfg.validation_share, cfg.seed)
     out = Path(cfg.out).resolve()
     latest = latest_checkpoint(out) if cfg.resume else None
     if cfg.resume and latest is None:
         raise FileNotFoundError(f"--resume: no checkpoint under {out / 'ray'}")
-    print(f"[world-model] {len(train_games)} training games ({num_windows} windows), {len(val_games)} held out")
+    first_step = _checkpoint_step(latest) if latest else 0
+    if first_step >= cfg.steps:
+        raise ValueError(f"--resume: the checkpoint is at step {first_step}, --steps is {cfg.steps}: nothing to do")
+    specs = run_specs(version, cfg.context, cfg.seed, train_games, start=first_step * cfg.batch_size,
+                      count=(cfg.steps - first_step) * cfg.batch_size)
+    dataset = windows_dataset(shards, cfg.context, specs)
+    num_windows = len(window_specs(version, cfg.context, cfg.seed, train_games))
+    print(f"[world-model] {len(train_games)} training games ({num_windows} windows an epoch), {len(val_games)} "
+          f"held out; steps {first_step + 1}..{cfg.steps}")
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"cfg": dataclasses.asdict(cfg), "shards": shards, "num_windows": num_windows,
+        train_loop_config={"cfg": dataclasses.asdict(cfg), "shards": shards, "first_step": first_step,
                            "val_games": val_games, "resume_path": str(latest) if latest else None},
         scaling_config=ray.train.ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
                                                resources_per_worker={"CPU": cfg.cpus_per_worker}),
@@ -285,6 +288,12 @@ def run(cfg: WorldModelTrainConfig):
         dataset_config=ray.train.DataConfig(datasets_to_split=[]),
     )
     return trainer.fit()
+
+
+def _checkpoint_step(checkpoint_dir: Path) -> int:
+    import torch
+
+    return int(torch.load(checkpoint_dir / "state.pt", map_location="cpu", weights_only=False)["step"])
 
 
 def load_model(checkpoint: str | Path, device: str = "cpu"):
