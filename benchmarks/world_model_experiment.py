@@ -43,7 +43,7 @@ def main() -> None:
         out = work / f"{args.preset}-{backbone}"
         train(WorldModelTrainConfig(shards=str(published.path), out=str(out), preset=args.preset, backbone=backbone,
                                     steps=args.steps, context=args.context, batch_size=args.batch_size,
-                                    validation_share=args.validation_share, eval_every=max(1, args.steps // 5),
+                                    validation_share=args.validation_share, eval_every=max(1, args.steps // 10),
                                     checkpoint_every=args.steps, log_every=100, cpus_per_worker=1.0, torch_threads=1,
                                     wandb_mode="offline"))
         with open(out / "eval.csv") as fh:

@@ -2,15 +2,21 @@
 
     python training/evaluate.py --checkpoint runs/bc/.../state.pt --battles 200 --port 8123
     python training/evaluate.py --checkpoint A/state.pt --checkpoint2 B/state.pt --battles 100 --port 8123
+    python training/evaluate.py --checkpoint ... --formats gen9randombattle gen1ou --battles 200 --port 8123
 
 The server is the project's own install (127.0.0.1, the given port, stopped by PID at the end). The policy sees
 exactly what it was trained on: the protocol lines and ``|request|`` JSON the server sends go through the same
-tracker and observation spec as the ``generated`` source's first-person trajectories.
+tracker and observation spec as the ``generated`` source's first-person trajectories. Formats without generated
+teams (``gen1ou``, ``gen9ou``, ...) take teams from ``pipelines/showdown/generate_battles.js --export-teams``
+(validated by Showdown's ``TeamValidator``, the generator's own way of building battle teams), a different rotation
+for each player.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import functools
 import math
 import sys
 from dataclasses import dataclass, field
@@ -31,6 +37,39 @@ def wilson_interval(wins: float, n: int, z: float = 1.96) -> tuple[float, float]
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def export_teams(fmt: str, num_teams: int, seed: int, first_index: int = 0) -> list[str]:
+    """Packed, validated teams of a format from the Node generator; empty for a random format (its own teams)."""
+    import subprocess
+
+    script = REPO_ROOT / "pipelines" / "showdown" / "generate_battles.js"
+    done = subprocess.run(["node", str(script), "--format", fmt, "--export-teams", str(num_teams), "--seed", str(seed),
+                           "--first-index", str(first_index)], capture_output=True, text=True, cwd=REPO_ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"team export for {fmt} failed ({done.returncode}): {done.stderr.strip()}")
+    return [line for line in done.stdout.splitlines() if line]
+
+
+def make_teambuilder(teams: list[str]):
+    """A poke-env Teambuilder that hands out the given packed teams in turn (one per battle)."""
+    from poke_env.teambuilder import Teambuilder
+
+    class RotatingTeambuilder(Teambuilder):
+        def __init__(self, packed: list[str]):
+            self.packed, self.next = packed, 0
+
+        def yield_team(self) -> str:
+            team = self.packed[self.next % len(self.packed)]
+            self.next += 1
+            return team
+
+    return RotatingTeambuilder(teams)
+
+
+def _rotation(pool: list[str], num_teams: int, k: int):
+    """The k-th player's teams of a pool (None where the format brings its own)."""
+    return make_teambuilder(pool[k * num_teams:(k + 1) * num_teams]) if pool else None
 
 
 def load_policy(path: str, device: str = "cpu"):
@@ -73,6 +112,13 @@ def make_player_class():
             self.history: dict[str, list] = {}
             self.broken: set[str] = set()  # battles whose log our tracker could not follow (counted, never hidden)
             self.fallbacks = 0
+            self.forced = 0  # requests with a single possible choice (not decisions, not fallbacks)
+            self.fallback_reasons: collections.Counter = collections.Counter()
+
+        def _fallback(self, battle, reason: str):
+            self.fallbacks += 1
+            self.fallback_reasons[reason] += 1
+            return self.choose_random_move(battle)
 
         async def _handle_battle_message(self, split_messages):
             tag = split_messages[0][0].lstrip(">").strip()
@@ -93,14 +139,14 @@ def make_player_class():
             request = battle.last_request
             side = battle.player_role
             if tracker is None or battle.battle_tag in self.broken or not request or side is None:
-                self.fallbacks += 1
-                return self.choose_random_move(battle)
+                reason = ("no tracker" if tracker is None else "tracker lost the log" if battle.battle_tag in
+                          self.broken else "no request" if not request else "no side")
+                return self._fallback(battle, reason)
             try:
                 decision = Decision(tracker, side, request, None)
                 state, mask13 = decision.render_state_and_mask()
-            except (InputError, KeyError, TypeError, ValueError, IndexError):
-                self.fallbacks += 1
-                return self.choose_random_move(battle)
+            except (InputError, KeyError, TypeError, ValueError, IndexError) as err:
+                return self._fallback(battle, f"state: {type(err).__name__}: {err}")
             _, tokens, numeric, _ = observe(state, tracker.format_id)
             legal = fold_actions(torch.tensor(mask13))
             history = self.history.setdefault(battle.battle_tag, [])
@@ -112,8 +158,13 @@ def make_player_class():
             with torch.no_grad():
                 out = self.model(tokens_t, numeric_t, legal_t, torch.ones(1, len(window), dtype=torch.bool))
             if not legal.any():
-                self.fallbacks += 1
-                return self.choose_random_move(battle)
+                # Nothing to decide: a locked-in move (Gen 1 recharge, Wrap, Thrash, Bide...) is not one of the 9
+                # actions; the training rows of such requests have an empty mask too. The server picks it.
+                options = len(battle.available_moves) + len(battle.available_switches)
+                if options <= 1:
+                    self.forced += 1
+                    return self.choose_default_move()
+                return self._fallback(battle, f"empty mask with {options} options")
             action = int(out.logits[0, -1].argmax())
             move_ids, switch_slots = decision.slots()
             if action < 4:
@@ -129,8 +180,7 @@ def make_player_class():
                         if mon.name == wanted or to_id(mon.species) == to_id(
                                 request["side"]["pokemon"][slot]["details"].split(",")[0]):
                             return self.create_order(mon)
-            self.fallbacks += 1
-            return self.choose_random_move(battle)
+            return self._fallback(battle, f"action {action} has no matching order")
 
     return ReplayforgePlayer
 
@@ -144,9 +194,11 @@ class EvalConfig:
         port: port of the local Showdown server (bound to 127.0.0.1).
         checkpoint2: a second policy to play against instead of the built-in opponents.
         battles: battles per opponent and format.
-        formats: formats to play (random-battle formats; teams are the server's).
+        formats: formats to play: random formats use the server's teams, others (gen1ou, gen9ou) exported teams.
         opponents: poke-env opponents: random, maxbp, heuristic.
         concurrency: battles in flight per opponent.
+        num_teams: teams in each player's rotation in formats that need teams.
+        team_seed: seed of the exported teams (the generator's battle teams use other derived seeds).
     """
 
     checkpoint: str
@@ -156,6 +208,15 @@ class EvalConfig:
     formats: list[str] = field(default_factory=lambda: ["gen9randombattle"])
     opponents: list[str] = field(default_factory=lambda: list(OPPONENTS))
     concurrency: int = 4
+    num_teams: int = 50
+    team_seed: int = 9001
+
+    def __post_init__(self):
+        unknown = set(self.opponents) - set(OPPONENTS)
+        if unknown:
+            raise ValueError(f"unknown --opponents {sorted(unknown)}; have {list(OPPONENTS)}")
+        if self.num_teams < 1:
+            raise ValueError("--num-teams must be at least 1")
 
     @classmethod
     def tiny(cls, *, checkpoint: str, port: int, **overrides) -> EvalConfig:
@@ -173,20 +234,24 @@ async def _play(cfg: EvalConfig, url: str) -> list[dict]:
     rows, jobs, clients = [], [], []
     for fmt in cfg.formats:
         names = ["checkpoint2"] if cfg.checkpoint2 else cfg.opponents
+        # one rotation per player: ours first, then each opponent's, from consecutive export indices
+        pool = export_teams(fmt, cfg.num_teams * (1 + len(names)), cfg.team_seed)
+        team = functools.partial(_rotation, pool, cfg.num_teams)
         for k, name in enumerate(names):
             # Showdown names are at most 18 characters; longer ones are cut and the login check fails
             tag = f"{fmt[3]}{fmt[-2:]}{k}"
             player = Policy(model, context, AccountConfiguration(f"rf policy {tag}", None),
-                            server_configuration=server, battle_format=fmt, max_concurrent_battles=cfg.concurrency)
+                            server_configuration=server, battle_format=fmt, max_concurrent_battles=cfg.concurrency,
+                            team=team(0))
             if cfg.checkpoint2:
                 model2, context2 = load_policy(cfg.checkpoint2)
                 opponent = Policy(model2, context2, AccountConfiguration(f"rf other {tag}", None),
                                   server_configuration=server, battle_format=fmt,
-                                  max_concurrent_battles=cfg.concurrency)
+                                  max_concurrent_battles=cfg.concurrency, team=team(k + 1))
             else:
                 opponent = classes[name](AccountConfiguration(f"rf {name[:5]} {tag}", None),
                                          server_configuration=server, battle_format=fmt,
-                                         max_concurrent_battles=cfg.concurrency)
+                                         max_concurrent_battles=cfg.concurrency, team=team(k + 1))
             jobs.append((fmt, name, player, player.battle_against(opponent, n_battles=cfg.battles)))
             clients.extend([player, opponent])
     await asyncio.gather(*(job for *_, job in jobs))
@@ -198,7 +263,8 @@ async def _play(cfg: EvalConfig, url: str) -> list[dict]:
         low, high = wilson_interval(score, n)
         rows.append({"format": fmt, "opponent": name, "battles": n, "wins": player.n_won_battles,
                      "ties": player.n_tied_battles, "win_rate": score / max(n, 1), "ci_low": low, "ci_high": high,
-                     "fallback_moves": player.fallbacks})
+                     "fallback_moves": player.fallbacks, "forced_choices": player.forced,
+                     "fallback_reasons": dict(player.fallback_reasons)})
     return rows
 
 
@@ -207,10 +273,13 @@ def run(cfg: EvalConfig, *, log=print) -> list[dict]:
 
     with showdown_server(cfg.port) as url:
         rows = asyncio.run(_play(cfg, url))
-    log(f"{'format':18s} {'opponent':12s} {'battles':>7s} {'win rate':>9s}  95% interval   fallbacks")
+    log(f"{'format':18s} {'opponent':12s} {'battles':>7s} {'win rate':>9s}  95% interval   fallbacks  forced")
     for r in rows:
         log(f"{r['format']:18s} {r['opponent']:12s} {r['battles']:7d} {r['win_rate']:9.1%}  "
-            f"[{r['ci_low']:.1%}, {r['ci_high']:.1%}]   {r['fallback_moves']}")
+            f"[{r['ci_low']:.1%}, {r['ci_high']:.1%}]   {r['fallback_moves']:9d}  {r['forced_choices']:6d}")
+    for r in rows:
+        for reason, count in r["fallback_reasons"].items():
+            log(f"fallback {r['format']} vs {r['opponent']}: {count}× {reason}")
     return rows
 
 

@@ -55,7 +55,9 @@ class TrainConfig:
         wandb_mode: auto (online when logged in, else offline), online, offline or disabled.
         resume: continue from the latest checkpoint in --out.
         sides: train only on trajectories of these player sides (e.g. ``p1`` when p1 is the player to imitate).
-        torch_threads: intra-op threads per worker (0: Ray's default, one per reserved CPU).
+        torch_threads: intra-op threads per worker (0: Ray's default, one per whole reserved CPU). More threads than
+            reserved CPUs wait on each other whenever anything else runs (the loader, Ray, other jobs): a ``small``
+            step took 3.4× as long with 2 threads on 1 reserved CPU as with 1 (benchmarks/policy_train_step.py).
     """
 
     shards: str
@@ -177,7 +179,11 @@ def train_loop_per_worker(config: dict) -> None:
     cuda = device.type == "cuda"
     if rank == 0:
         print(f"[train] device: {device} ({torch.cuda.get_device_name(device) if cuda else 'CPU, fp32'}), "
-              f"{world} worker(s)")
+              f"{world} worker(s), {torch.get_num_threads()} intra-op thread(s) each")
+        if not cuda and torch.get_num_threads() > max(1, int(cfg.cpus_per_worker)):
+            print(f"[train] warning: {torch.get_num_threads()} intra-op threads on {cfg.cpus_per_worker} reserved "
+                  "CPU(s) oversubscribe the cores; steps slow down several-fold when anything else runs. Leave "
+                  "--torch-threads at 0 or raise --cpus-per-worker.")
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -207,40 +213,34 @@ def train_loop_per_worker(config: dict) -> None:
     per_worker = cfg.batch_size // world
     writer = _MetricsWriter(Path(cfg.out), cfg) if rank == 0 else None
     start, done_samples = time.monotonic(), 0
-    while step < cfg.steps:
-        # every worker reads the same ordered stream and keeps its slice of each global batch: exact resume
-        batches = shard.iter_torch_batches(batch_size=cfg.batch_size, device=device, drop_last=True)
-        consumed = 0
-        epoch_start = step
-        for batch in batches:
-            if consumed < epoch_start % max(1, _batches_per_epoch(config)):
-                consumed += 1
-                continue
-            consumed += 1
-            local = {k: v[rank * per_worker:(rank + 1) * per_worker] for k, v in batch.items()}
-            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=cuda):
-                loss, actor, critic, accuracy, samples = compute_losses(model, local, cfg, gammas)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            step += 1
-            done_samples += samples
-            metrics = {"step": step, "loss": float(loss), "actor_loss": float(actor), "critic_loss": float(critic),
-                       "accuracy": float(accuracy), "samples_per_s": done_samples * world / (time.monotonic() - start)}
-            save = step % cfg.checkpoint_every == 0 or step == cfg.steps
-            if writer and (step % cfg.log_every == 0 or save):
-                writer.write(metrics)
-            if save:
-                _report_checkpoint(model, optimizer, step, cfg, rank, world, metrics)
-            if step >= cfg.steps:
-                break
+    # every worker reads the same ordered stream (all epochs in one pass) and keeps its slice of each global batch;
+    # a resumed run skips the batches already trained on: exact resume
+    for index, batch in enumerate(shard.iter_torch_batches(batch_size=cfg.batch_size, device=device,
+                                                           drop_last=True)):
+        if index < step:
+            continue
+        local = {k: v[rank * per_worker:(rank + 1) * per_worker] for k, v in batch.items()}
+        local["tokens"] = local["tokens"].long()  # int16 on the wire (training/windows.py)
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=cuda):
+            loss, actor, critic, accuracy, samples = compute_losses(model, local, cfg, gammas)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        step += 1
+        done_samples += samples
+        metrics = {"step": step, "loss": float(loss), "actor_loss": float(actor), "critic_loss": float(critic),
+                   "accuracy": float(accuracy), "samples_per_s": done_samples * world / (time.monotonic() - start),
+                   "elapsed_s": time.monotonic() - start}
+        save = step % cfg.checkpoint_every == 0 or step == cfg.steps
+        if writer and (step % cfg.log_every == 0 or save):
+            writer.write(metrics)
+        if save:
+            _report_checkpoint(model, optimizer, step, cfg, rank, world, metrics)
+        if step >= cfg.steps:
+            break
     if writer:
         writer.close()
-
-
-def _batches_per_epoch(config: dict) -> int:
-    return config["num_windows"] // TrainConfig(**config["cfg"]).batch_size
 
 
 def _report_checkpoint(model, optimizer, step, cfg, rank, world, metrics) -> None:
@@ -305,6 +305,8 @@ def run(cfg: TrainConfig):
 
     from training.windows import windows_dataset
 
+    # workers run in Ray's session folder: a relative --out would put metrics.csv and wandb there, not in the run
+    cfg = dataclasses.replace(cfg, out=str(Path(cfg.out).resolve()), shards=str(Path(cfg.shards).resolve()))
     if not ray.is_initialized():
         if os.environ.get("RAY_ADDRESS"):
             ray.init()
@@ -313,18 +315,16 @@ def run(cfg: TrainConfig):
                      runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}})
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
-    dataset, num_windows = windows_dataset(str(Path(cfg.shards).resolve()), cfg.context, cfg.seed,
-                                           sides=cfg.sides)
-    if num_windows < cfg.batch_size:
-        raise ValueError(f"{cfg.shards} has {num_windows} windows of {cfg.context} turns, fewer than one batch")
-    out = Path(cfg.out).resolve()
+    # every step's batch in one stream (epochs back to back)
+    dataset, _ = windows_dataset(cfg.shards, cfg.context, cfg.seed, sides=cfg.sides,
+                                 batch_size=cfg.batch_size, min_batches=cfg.steps)
+    out = Path(cfg.out)
     latest = _latest_checkpoint(out) if cfg.resume else None
     if cfg.resume and latest is None:
         raise FileNotFoundError(f"--resume: no checkpoint under {out / 'ray'}")
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"cfg": dataclasses.asdict(cfg), "num_windows": num_windows,
-                           "resume_path": str(latest) if latest else None},
+        train_loop_config={"cfg": dataclasses.asdict(cfg), "resume_path": str(latest) if latest else None},
         scaling_config=ray.train.ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
                                                resources_per_worker={"CPU": cfg.cpus_per_worker}),
         run_config=ray.train.RunConfig(name=f"train-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=str(out / "ray"),

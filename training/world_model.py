@@ -260,6 +260,7 @@ def run(cfg: WorldModelTrainConfig):
     init_local_ray()
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     shards = str(Path(cfg.shards).resolve())
+    cfg = dataclasses.replace(cfg, shards=shards, out=str(Path(cfg.out).resolve()))  # workers run elsewhere
     version = open_version(shards)
     train_games, val_games = split_games(version, cfg.validation_share, cfg.seed)
     out = Path(cfg.out).resolve()

@@ -1,0 +1,138 @@
+"""Does the shard loader keep up? Training samples/s of the ``tiny`` policy on CPU against the loader's samples/s.
+
+    python benchmarks/policy_loader_vs_trainer.py                  # 200 generated battles, batches of 32 × 32 turns
+    python benchmarks/policy_loader_vs_trainer.py --battles 50 --epochs 2
+
+In one run: 1. generate a small shard version (``generated`` source) in a temporary folder; 2. the loader: the
+windows dataset of ``training/windows.py`` read with ``iter_torch_batches`` exactly as the trainer reads it (same
+context, batch size, seed, preserved order), no model; 3. the trainer: the same batches, already in memory, through
+``compute_losses``, backward and AdamW on the ``tiny`` preset in this process, no loading. A sample is one turn that
+reaches the loss (valid, with an action), the unit of the trainer's ``samples_per_s``. Goal: loader ≥ 10× trainer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+CPUS = 2
+
+
+def _samples(batch) -> int:
+    return int((batch["valid"] & (batch["action"] >= 0) & batch["legal"].any(-1)).sum())
+
+
+def measure_loader(version_path: str, context: int, batch_size: int, seed: int, epochs: int):
+    """(seconds to the first batch, seconds in all, samples, batches, windows per epoch) of one pass over ``epochs``
+    epochs, the way the trainer streams them; plus the first epoch's batches for the trainer."""
+    import ray
+
+    from training.windows import windows_dataset
+
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    _, num_windows = windows_dataset(version_path, context, seed)
+    dataset, _ = windows_dataset(version_path, context, seed, batch_size=batch_size,
+                                 min_batches=epochs * (num_windows // batch_size))
+    batches, samples, first_s = [], 0, None
+    t0 = time.perf_counter()
+    for batch in dataset.iter_torch_batches(batch_size=batch_size, drop_last=True):
+        if first_s is None:
+            first_s = time.perf_counter() - t0
+        samples += _samples(batch)
+        if len(batches) < num_windows // batch_size:
+            batches.append(batch)
+    total_s = time.perf_counter() - t0
+    return first_s, total_s, samples, epochs * (num_windows // batch_size), num_windows, batches
+
+
+def measure_trainer(batches: list, context: int, steps: int, threads: int):
+    """(seconds, samples, steps) of optimizer steps of the tiny preset over in-memory batches."""
+    import torch
+
+    from models.pokemon_policy import PokemonPolicy, PolicyConfig
+    from pipelines.pokemon.observation import vocabulary
+    from training.offline_rl import TrainConfig, compute_losses
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    cfg = TrainConfig.tiny(shards="-", out="-", context=context)
+    policy_cfg = PolicyConfig.preset("tiny", len(vocabulary()))
+    policy_cfg = dataclasses.replace(policy_cfg, max_turns=max(policy_cfg.max_turns, context))
+    model = PokemonPolicy(policy_cfg)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    gammas = torch.tensor(policy_cfg.gammas)
+
+    def step(batch) -> int:
+        batch = {**batch, "tokens": batch["tokens"].long()}  # as the trainer widens them
+        loss, _, _, _, samples = compute_losses(model, batch, cfg, gammas)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        return samples
+
+    for batch in batches[:3]:  # warm-up: allocator, first-call overheads
+        step(batch)
+    t0 = time.perf_counter()
+    samples = 0
+    for i in range(steps):
+        samples += step(batches[i % len(batches)])
+    return time.perf_counter() - t0, samples, steps
+
+
+def main() -> None:
+    import ray
+
+    from pipelines.parse_replays import ParseConfig
+    from pipelines.parse_replays import run as parse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--battles", type=int, default=200, help="generated gen9randombattle battles")
+    parser.add_argument("--context", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--epochs", type=int, default=20, help="epochs the loader streams in one pass")
+    parser.add_argument("--steps", type=int, default=60, help="timed trainer steps")
+    parser.add_argument("--threads", type=int, default=CPUS, help="torch intra-op threads of the trainer")
+    args = parser.parse_args()
+
+    ray.init(address="local", num_cpus=CPUS, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}})
+    work = Path(tempfile.mkdtemp(prefix="loader-vs-trainer-"))
+    try:
+        t0 = time.perf_counter()
+        published = parse(ParseConfig(source="generated", out=str(work), formats=["gen9randombattle"],
+                                      num_battles=args.battles, p1="heuristic", p2="random", seed=7),
+                          log=lambda *_: None)
+        print(f"shards: {args.battles} battles → {published.path.name} in {time.perf_counter() - t0:.0f}s")
+        first_s, total_s, samples, num_batches, num_windows, batches = measure_loader(
+            str(published.path), args.context, args.batch_size, 0, args.epochs)
+        per_batch = samples / num_batches
+        steady_rate = (samples - per_batch) / (total_s - first_s)
+        print(f"windows: {num_windows} of {args.context} turns; {num_batches // args.epochs} batches of "
+              f"{args.batch_size} per epoch, {args.epochs} epochs in one stream")
+        print(f"loader: first batch after {first_s:.2f}s (actor start, shard decode); {samples} samples in "
+              f"{total_s:.2f}s = {samples / total_s:.0f} samples/s; after the first batch {steady_rate:.0f} samples/s "
+              f"({(num_batches - 1) / (total_s - first_s):.0f} batches/s)")
+        loader_rate = samples / total_s
+        train_s, train_samples, steps = measure_trainer(batches, args.context, args.steps, args.threads)
+        trainer_rate = train_samples / train_s
+        print(f"trainer tiny, {args.threads} threads: {train_samples} samples in {train_s:.2f}s = "
+              f"{trainer_rate:.0f} samples/s ({steps / train_s:.1f} steps/s)")
+        print(f"RESULT loader {steady_rate:.0f} samples/s after its first batch ({loader_rate:.0f} with start-up), "
+              f"trainer {trainer_rate:.0f} samples/s: loader/trainer = {steady_rate / trainer_rate:.1f}× "
+              f"({loader_rate / trainer_rate:.1f}× with start-up; goal ≥ 10×)")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
