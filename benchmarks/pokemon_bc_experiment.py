@@ -1,6 +1,6 @@
 """The learning experiment anyone can rerun on a laptop: imitate the built-in heuristic player, then battle.
 
-    python benchmarks/pokemon_bc_experiment.py                    # 5,000 battles, small model, ~20 min training
+    python benchmarks/pokemon_bc_experiment.py                    # 5,000 battles, small model, ~8 min training
     python benchmarks/pokemon_bc_experiment.py --objective filtered_bc
     python benchmarks/pokemon_bc_experiment.py --objective exp_adv --formats gen9randombattle gen1ou
 

@@ -29,3 +29,40 @@ def test_local_server_plays_poke_env_battles(tmp_path):
         assert a.n_won_battles + b.n_won_battles + a.n_tied_battles == 2
     with pytest.raises(OSError):  # stopped: nothing listens any more
         socket.create_connection(("127.0.0.1", port), timeout=1)
+
+
+def test_exported_ou_teams_are_packed_and_validated():
+    """The generator's team export: packed six-Pokémon teams for gen1ou, none for a random format."""
+    from training.evaluate import export_teams
+
+    teams = export_teams("gen1ou", 3, seed=5)
+    assert len(teams) == 3 and len(set(teams)) == 3
+    assert all(len(team.split("]")) == 6 for team in teams)
+    assert export_teams("gen1ou", 1, seed=5, first_index=2) == teams[2:]  # deterministic per (seed, index)
+    assert export_teams("gen9randombattle", 3, seed=5) == []
+
+
+@pytest.mark.timeout(240)
+def test_policy_plays_ou_battles_without_fallbacks(tmp_path):
+    """A (untrained) tiny policy plays gen1ou on the local server with exported teams against RandomPlayer: the
+    server accepts both teams and every decision comes from the policy (our tracker follows the live OU log)."""
+    import dataclasses
+
+    import torch
+
+    from models.pokemon_policy import PokemonPolicy, PolicyConfig
+    from pipelines.pokemon.observation import vocabulary
+    from training.evaluate import EvalConfig
+    from training.evaluate import run as evaluate
+    from training.offline_rl import TrainConfig
+    from training.showdown_server import free_port
+
+    cfg = TrainConfig.tiny(shards="-", out="-")
+    torch.manual_seed(0)
+    model = PokemonPolicy(PolicyConfig.preset("tiny", len(vocabulary())))
+    checkpoint = tmp_path / "state.pt"
+    torch.save({"model": model.state_dict(), "config": dataclasses.asdict(cfg)}, checkpoint)
+    rows = evaluate(EvalConfig.tiny(checkpoint=str(checkpoint), port=free_port(), formats=["gen1ou"], battles=3,
+                                    num_teams=2), log=lambda *_: None)
+    assert [(r["format"], r["opponent"], r["battles"]) for r in rows] == [("gen1ou", "random", 3)]
+    assert rows[0]["fallback_moves"] == 0

@@ -56,8 +56,9 @@ class TrainConfig:
         resume: continue from the latest checkpoint in --out.
         sides: train only on trajectories of these player sides (e.g. ``p1`` when p1 is the player to imitate).
         torch_threads: intra-op threads per worker (0: Ray's default, one per whole reserved CPU). More threads than
-            reserved CPUs wait on each other whenever anything else runs (the loader, Ray, other jobs): a ``small``
-            step took 3.4× as long with 2 threads on 1 reserved CPU as with 1 (benchmarks/policy_train_step.py).
+            reserved CPUs wait on each other whenever anything else runs: a ``small`` step on 2 cores took 0.55-0.65 s
+            with 2 threads on 1 reserved CPU while the machine was quiet and 3.3 s once other processes ran, 0.9-1.1 s
+            with 1 thread either way (benchmarks/policy_train_step.py).
     """
 
     shards: str
@@ -169,6 +170,7 @@ def train_loop_per_worker(config: dict) -> None:
 
     from models.pokemon_policy import PokemonPolicy, PolicyConfig
     from pipelines.pokemon.observation import vocabulary
+    from training.windows import window_batches
 
     cfg = TrainConfig(**config["cfg"])
     if cfg.torch_threads:
@@ -213,14 +215,11 @@ def train_loop_per_worker(config: dict) -> None:
     per_worker = cfg.batch_size // world
     writer = _MetricsWriter(Path(cfg.out), cfg) if rank == 0 else None
     start, done_samples = time.monotonic(), 0
-    # every worker reads the same ordered stream (all epochs in one pass) and keeps its slice of each global batch;
-    # a resumed run skips the batches already trained on: exact resume
-    for index, batch in enumerate(shard.iter_torch_batches(batch_size=cfg.batch_size, device=device,
-                                                           drop_last=True)):
-        if index < step:
-            continue
-        local = {k: v[rank * per_worker:(rank + 1) * per_worker] for k, v in batch.items()}
-        local["tokens"] = local["tokens"].long()  # int16 on the wire (training/windows.py)
+    # every worker reads the same ordered stream of window specs (all epochs in one pass) and gathers its slice of
+    # each global batch; a resumed run skips the batches already trained on: exact resume
+    for batch in window_batches(shard, cfg.shards, cfg.context, cfg.batch_size, first_batch=step,
+                                rows=slice(rank * per_worker, (rank + 1) * per_worker)):
+        local = {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in batch.items()}
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=cuda):
             loss, actor, critic, accuracy, samples = compute_losses(model, local, cfg, gammas)
         optimizer.zero_grad(set_to_none=True)

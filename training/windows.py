@@ -4,6 +4,12 @@ Each trajectory is cut into consecutive windows of ``context`` turns; the last o
 carry ``valid = False`` so they never reach a loss (the model also masks them out of attention). The window list is
 built from the index alone and shuffled once with the seed, so the order of batches is a pure function of
 (shard version, context, seed): what makes resuming exact.
+
+Ray Data streams the window specs (file, first row, length: a few bytes each) into every training worker, which
+gathers the padded arrays itself from the shards' decoded columns (``window_batches``). Shipping the padded arrays
+through the object store instead (a map_batches actor) capped the loader at about 300 batches of 32 × 32 turns per
+second on 2 cores, under 5× what the tiny model trains on; the specs stream with the gather here ran at about 880
+(benchmarks/policy_loader_vs_trainer.py).
 """
 
 from __future__ import annotations
@@ -15,10 +21,6 @@ import pyarrow as pa
 
 from shards_schema.pokemon import NUM_ACTIONS, NUM_MOVES, NUM_SWITCHES, OBS_NUMERIC, OBS_WORDS
 from shards_schema.reader import ShardVersion, open_version
-
-TOKEN_DTYPE = np.int16
-"""Word ids travel as int16 (the vocabulary has a few thousand words; checked on decode): tokens are most of a
-window's bytes through the object store. The trainer widens them on its device."""
 
 COLUMNS = ["obs_tokens", "obs_numeric", "legal_mask", "action", "reward", "done"]
 
@@ -50,11 +52,8 @@ def _fixed_list(column: pa.ChunkedArray, width: int, dtype) -> np.ndarray:
 def decode_shard(table: pa.Table) -> dict[str, np.ndarray]:
     """A shard's training columns as row-aligned numpy arrays, in the dtypes the trainer consumes."""
     action = table.column("action").to_numpy().astype(np.int64)
-    tokens = _fixed_list(table.column("obs_tokens"), OBS_WORDS, np.int32)  # (N, 87)
-    if tokens.size and int(tokens.max()) > np.iinfo(TOKEN_DTYPE).max:
-        raise ValueError(f"word id {int(tokens.max())} does not fit {np.dtype(TOKEN_DTYPE).name}; widen TOKEN_DTYPE")
     return {
-        "tokens": tokens.astype(TOKEN_DTYPE),
+        "tokens": _fixed_list(table.column("obs_tokens"), OBS_WORDS, np.int32),  # (N, 87); embeddings take int32
         "numeric": _fixed_list(table.column("obs_numeric"), OBS_NUMERIC, np.float32),  # (N, 48)
         "legal": _fold(_fixed_list(table.column("legal_mask"), NUM_ACTIONS, bool)),  # (N, 9)
         "action": np.where(action >= NUM_MOVES + NUM_SWITCHES, action - NUM_MOVES - NUM_SWITCHES, action),  # (N,)
@@ -84,7 +83,7 @@ def load_window_reference(table: pa.Table, start: int, count: int, context: int)
     """Readable reference of one padded window, straight from the Arrow rows (tests compare the fast path to it)."""
     rows = table.slice(start, count)
     k = rows.num_rows
-    out = {"tokens": np.zeros((context, OBS_WORDS), TOKEN_DTYPE),
+    out = {"tokens": np.zeros((context, OBS_WORDS), np.int32),
            "numeric": np.zeros((context, OBS_NUMERIC), np.float32),
            "legal": np.zeros((context, NUM_MOVES + NUM_SWITCHES), bool), "action": np.full(context, -1, np.int64),
            "reward": np.zeros(context, np.float32), "done": np.zeros(context, bool), "valid": np.zeros(context, bool)}
@@ -101,12 +100,12 @@ def load_window_reference(table: pa.Table, start: int, count: int, context: int)
 
 
 class LoadWindows:
-    """Ray Data batch function: window specs → padded numpy arrays (one row per window).
+    """Window specs → padded numpy arrays (one row per window), in the process that trains.
 
-    Each shard's training columns are decoded to numpy once per actor and kept (windows are shuffled across the
-    whole version, so a batch touches any shard); a batch is then one fancy-index gather per shard it touches.
-    Measured by ``benchmarks/policy_loader_vs_trainer.py``: a Python loop over windows with Arrow calls per window
-    (and one shard cached) was the loader's cost, not Ray."""
+    Each shard's training columns are decoded to numpy on first use and kept (windows are shuffled across the whole
+    version, so any batch touches any shard): about 390 bytes per turn, the whole version per worker. A batch is then
+    one fancy-index gather per shard it touches; a Python loop with Arrow calls per window (one shard cached) was
+    the loader's cost before (benchmarks/policy_loader_vs_trainer.py)."""
 
     def __init__(self, version_path: str, context: int):
         self.version = open_version(version_path, check_sha256=False)  # verified once by the driver
@@ -136,18 +135,13 @@ class LoadWindows:
         return out
 
 
-WINDOWS_PER_BLOCK = 256
-"""Windows per Ray Data block (one map task each): the pipeline costs per block, not per window; at 64 windows the
-loader streamed about 70 batches of 32 per second, at 256 about 300 (2 shared cores)."""
-
-
 def windows_dataset(version_path: str, context: int, seed: int, sides: list[str] | None = None, *,
                     batch_size: int = 1, min_batches: int = 0):
-    """The Ray Dataset of padded windows in the seeded order (order is preserved when read), and windows per epoch.
+    """The Ray Dataset of window specs in the seeded order (order is preserved when read), and windows per epoch.
 
     With ``min_batches`` the one dataset holds as many epochs back to back as give that many ``batch_size``
     batches, each epoch the whole batches of the same seeded order: the batches of re-reading a one-epoch dataset
-    with ``drop_last``, without starting the pipeline (its actor, its shard decode) again every epoch."""
+    with ``drop_last``, without starting the stream again every epoch. ``window_batches`` turns it into arrays."""
     import ray.data
 
     version = open_version(version_path)
@@ -159,8 +153,17 @@ def windows_dataset(version_path: str, context: int, seed: int, sides: list[str]
     epochs = max(1, -(-min_batches // batches_per_epoch))
     if epochs > 1:
         specs = specs[:batches_per_epoch * batch_size] * epochs
-    ds = ray.data.from_items(specs, override_num_blocks=max(1, min(len(specs) // WINDOWS_PER_BLOCK, 1000)))
-    dataset = ds.map_batches(LoadWindows, fn_constructor_kwargs={"version_path": version_path, "context": context},
-                             batch_format="numpy", batch_size=WINDOWS_PER_BLOCK,
-                             compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0.25)
-    return dataset, num_windows
+    return ray.data.from_items(specs, override_num_blocks=max(1, min(len(specs) // 1024, 1000))), num_windows
+
+
+def window_batches(specs, version_path: str, context: int, batch_size: int, *, first_batch: int = 0,
+                   rows: slice | None = None):
+    """Padded numpy batches from a stream of window specs (a ``Dataset`` or a worker's ``DataIterator``).
+
+    ``first_batch`` skips batches without loading them (resume); ``rows`` keeps one worker's slice of each global
+    batch."""
+    loader = LoadWindows(version_path, context)
+    for index, batch in enumerate(specs.iter_batches(batch_size=batch_size, batch_format="numpy", drop_last=True)):
+        if index < first_batch:
+            continue
+        yield loader(batch if rows is None else {k: v[rows] for k, v in batch.items()})

@@ -5,9 +5,16 @@
  *
  *   node pipelines/showdown/generate_battles.js --format gen9randombattle \
  *       --num-battles 20 --seed 7 --p1 heuristic --p2 random [--first-index 0] [--max-turns 1000]
+ *   node pipelines/showdown/generate_battles.js --format gen1ou --export-teams 50 --seed 7
  *
  * Writes one JSON object per battle to stdout (JSON Lines, ordered by battle
  * index); progress, warnings and the final summary go to stderr.
+ *
+ * --export-teams N plays nothing: it writes N teams of the format, one packed
+ * team per line (Showdown's packed format, what a client sends with /utm), each
+ * accepted by the format's TeamValidator, built exactly as battle teams are
+ * (purpose `export-team`, so they differ from the battles' teams of the same
+ * seed). A random format brings its own teams: nothing is written.
  *
  * Determinism: every seed (battle PRNG, teams, player PRNGs) is derived from
  * (--seed, battle index, purpose) with SHA-256, and `|t:|` timestamp lines are
@@ -28,11 +35,12 @@ const MAX_TEAM_ATTEMPTS = 200;
 function parseArgs(argv) {
 	const opts = {
 		format: 'gen9randombattle', numBattles: 1, seed: 0, firstIndex: 0,
-		p1: 'heuristic', p2: 'random', maxTurns: 1000,
+		p1: 'heuristic', p2: 'random', maxTurns: 1000, exportTeams: 0,
 	};
 	const names = {
 		'--format': 'format', '--num-battles': 'numBattles', '--seed': 'seed',
 		'--first-index': 'firstIndex', '--p1': 'p1', '--p2': 'p2', '--max-turns': 'maxTurns',
+		'--export-teams': 'exportTeams',
 	};
 	for (let i = 0; i < argv.length; i++) {
 		let arg = argv[i];
@@ -40,7 +48,8 @@ function parseArgs(argv) {
 		if (arg.includes('=')) [arg, value] = [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)];
 		if (arg === '-h' || arg === '--help') {
 			process.stderr.write('usage: generate_battles.js --format F --num-battles N --seed S ' +
-				'--p1 heuristic|random --p2 heuristic|random [--first-index I] [--max-turns T]\n');
+				'--p1 heuristic|random --p2 heuristic|random [--first-index I] [--max-turns T]\n' +
+				'       generate_battles.js --format F --export-teams N --seed S [--first-index I]\n');
 			process.exit(0);
 		}
 		const key = names[arg];
@@ -49,7 +58,7 @@ function parseArgs(argv) {
 		if (value === undefined) throw new Error(`missing value for ${arg}`);
 		opts[key] = value;
 	}
-	for (const key of ['numBattles', 'seed', 'firstIndex', 'maxTurns']) {
+	for (const key of ['numBattles', 'seed', 'firstIndex', 'maxTurns', 'exportTeams']) {
 		const n = Number(opts[key]);
 		if (!Number.isInteger(n) || n < 0) throw new Error(`--${key} must be a non-negative integer`);
 		opts[key] = n;
@@ -304,6 +313,19 @@ function writeLine(line) {
 	});
 }
 
+/** --export-teams: validated packed teams of a non-random format, one a line. */
+async function exportTeams(opts) {
+	const format = Dex.formats.get(opts.format);
+	if (format.team) {
+		process.stderr.write(`${format.id} brings its own teams (random format): none exported\n`);
+		return;
+	}
+	for (let index = opts.firstIndex; index < opts.firstIndex + opts.exportTeams; index++) {
+		await writeLine(buildTeam(format, opts.seed, index, 'export'));
+	}
+	process.stderr.write(`summary: format=${format.id} teams=${opts.exportTeams}\n`);
+}
+
 async function main() {
 	let opts;
 	try {
@@ -324,6 +346,10 @@ async function main() {
 		throw err;
 	});
 
+	if (opts.exportTeams) {
+		await exportTeams(opts);
+		return;
+	}
 	const stats = { battles: 0, p1: 0, p2: 0, ties: 0, errors: 0, turns: 0 };
 	const t0 = process.hrtime.bigint();
 	const last = opts.firstIndex + opts.numBattles;
