@@ -45,13 +45,13 @@ def test_checkpoint_plays_real_battles(tiny_generated, tmp_path):
         pytest.skip("Node.js is needed for the server")
     from training.evaluate import EvalConfig, wilson_interval
     from training.evaluate import run as evaluate
-    from training.offline_rl import _latest_checkpoint
+    from training.loop import latest_checkpoint
     from training.showdown_server import free_port
 
     _, published, _ = tiny_generated
     out = tmp_path / "run"
     run(TrainConfig.tiny(shards=str(published.path), out=str(out), steps=4))
-    checkpoint = _latest_checkpoint(out) / "state.pt"
+    checkpoint = latest_checkpoint(out) / "state.pt"
     logs = []
     rows = evaluate(EvalConfig.tiny(checkpoint=str(checkpoint), port=free_port(), battles=3), log=logs.append)
     assert rows[0]["battles"] == 3 and rows[0]["opponent"] == "random"

@@ -13,11 +13,8 @@ Metrics go to ``OUT/metrics.csv`` and to Weights & Biases (offline unless logged
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,26 +139,6 @@ def compute_losses(model, batch, cfg: TrainConfig, gammas):
     return actor + cfg.critic_weight * critic, actor, critic, accuracy, int(step_mask.sum())
 
 
-def _rng_state():
-    import random
-
-    import numpy as np
-    import torch
-
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-
-
-def _set_rng_state(state):
-    import random
-
-    import numpy as np
-    import torch
-
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-
-
 def train_loop_per_worker(config: dict) -> None:
     """Runs on every Ray Train worker: rebuilds the typed config, then trains."""
     import ray.train
@@ -170,6 +147,7 @@ def train_loop_per_worker(config: dict) -> None:
 
     from models.pokemon_policy import PokemonPolicy, PolicyConfig
     from pipelines.pokemon.observation import vocabulary
+    from training.loop import MetricsWriter, load_checkpoint, report_checkpoint, set_rng_state
     from training.windows import window_batches
 
     cfg = TrainConfig(**config["cfg"])
@@ -199,21 +177,15 @@ def train_loop_per_worker(config: dict) -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     gammas = torch.tensor(policy_cfg.gammas, device=device)
     step = 0
-    checkpoint = ray.train.get_checkpoint()  # set when Ray restarts a failed run
-    state_path = None
-    if checkpoint is not None:
-        state_path = Path(checkpoint.path) / "state.pt"
-    elif config.get("resume_path"):  # --resume: the latest checkpoint of an earlier run in --out
-        state_path = Path(config["resume_path"]) / "state.pt"
-    if state_path is not None:
-        state = torch.load(state_path, map_location=device, weights_only=False)
+    state = load_checkpoint(config, device)  # Ray's own after a restart, or --resume's
+    if state is not None:
         getattr(model, "module", model).load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step = state["step"]
-        _set_rng_state(state["rng"][rank] if rank < len(state["rng"]) else state["rng"][0])
+        set_rng_state(state["rng"][rank] if rank < len(state["rng"]) else state["rng"][0])
     shard = ray.train.get_dataset_shard("train")
     per_worker = cfg.batch_size // world
-    writer = _MetricsWriter(Path(cfg.out), cfg) if rank == 0 else None
+    writer = MetricsWriter(Path(cfg.out), dataclasses.asdict(cfg), cfg.wandb_mode) if rank == 0 else None
     start, done_samples = time.monotonic(), 0
     # every worker reads the same ordered stream of window specs (all epochs in one pass) and gathers its slice of
     # each global batch; a resumed run skips the batches already trained on: exact resume
@@ -235,66 +207,13 @@ def train_loop_per_worker(config: dict) -> None:
         if writer and (step % cfg.log_every == 0 or save):
             writer.write(metrics)
         if save:
-            _report_checkpoint(model, optimizer, step, cfg, rank, world, metrics)
+            report_checkpoint({"model": getattr(model, "module", model).state_dict(),
+                               "optimizer": optimizer.state_dict(), "step": step, "config": dataclasses.asdict(cfg)},
+                              metrics, rank, world)
         if step >= cfg.steps:
             break
     if writer:
         writer.close()
-
-
-def _report_checkpoint(model, optimizer, step, cfg, rank, world, metrics) -> None:
-    import ray.train
-    import torch
-    import torch.distributed as dist
-
-    rng = [None] * world
-    if world > 1 and dist.is_initialized():
-        dist.all_gather_object(rng, _rng_state())
-    else:
-        rng = [_rng_state()]
-    with tempfile.TemporaryDirectory() as directory:
-        checkpoint = None
-        if rank == 0:  # only rank 0 writes files
-            torch.save({"model": getattr(model, "module", model).state_dict(), "optimizer": optimizer.state_dict(),
-                        "step": step, "rng": rng, "config": dataclasses.asdict(cfg)}, Path(directory) / "state.pt")
-            checkpoint = ray.train.Checkpoint.from_directory(directory)
-        ray.train.report(metrics, checkpoint=checkpoint)
-
-
-class _MetricsWriter:
-    """CSV always; Weights & Biases offline unless the user is logged in (or as --wandb-mode says)."""
-
-    def __init__(self, out: Path, cfg: TrainConfig):
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / "metrics.csv"
-        self.file = open(path, "a", newline="")
-        self.csv = None
-        self.run = None
-        mode = cfg.wandb_mode
-        if mode == "auto":
-            mode = "online" if os.environ.get("WANDB_API_KEY") or (Path.home() / ".netrc").exists() else "offline"
-        if mode != "disabled":
-            import wandb
-
-            self.run = wandb.init(project="replayforge", dir=str(out), mode=mode, config=dataclasses.asdict(cfg),
-                                  resume="allow")
-
-    def write(self, metrics: dict) -> None:
-        if self.csv is None:
-            self.csv = csv.DictWriter(self.file, fieldnames=list(metrics))
-            if self.file.tell() == 0:
-                self.csv.writeheader()
-        self.csv.writerow(metrics)
-        self.file.flush()
-        print("[train] " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in
-                                    metrics.items()))
-        if self.run is not None:
-            self.run.log(metrics, step=metrics["step"])
-
-    def close(self) -> None:
-        self.file.close()
-        if self.run is not None:
-            self.run.finish()
 
 
 def run(cfg: TrainConfig):
@@ -302,23 +221,19 @@ def run(cfg: TrainConfig):
     import ray.train
     from ray.train.torch import TorchTrainer
 
+    from training.loop import init_local_ray, latest_checkpoint
     from training.windows import windows_dataset
 
     # workers run in Ray's session folder: a relative --out would put metrics.csv and wandb there, not in the run
     cfg = dataclasses.replace(cfg, out=str(Path(cfg.out).resolve()), shards=str(Path(cfg.shards).resolve()))
-    if not ray.is_initialized():
-        if os.environ.get("RAY_ADDRESS"):
-            ray.init()
-        else:
-            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=True,
-                     runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}})
+    init_local_ray()
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
     # every step's batch in one stream (epochs back to back)
     dataset, _ = windows_dataset(cfg.shards, cfg.context, cfg.seed, sides=cfg.sides,
                                  batch_size=cfg.batch_size, min_batches=cfg.steps)
     out = Path(cfg.out)
-    latest = _latest_checkpoint(out) if cfg.resume else None
+    latest = latest_checkpoint(out) if cfg.resume else None
     if cfg.resume and latest is None:
         raise FileNotFoundError(f"--resume: no checkpoint under {out / 'ray'}")
     trainer = TorchTrainer(
@@ -333,11 +248,6 @@ def run(cfg: TrainConfig):
     )
     result = trainer.fit()
     return result
-
-
-def _latest_checkpoint(out: Path) -> Path | None:
-    found = sorted((out / "ray").rglob("state.pt"), key=lambda p: p.stat().st_mtime)
-    return found[-1].parent if found else None
 
 
 def main(argv: list[str] | None = None) -> None:
