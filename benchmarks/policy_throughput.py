@@ -1,0 +1,103 @@
+"""Training throughput of the Pokémon policy: turns (tokens) per second and model FLOPs utilization.
+
+    python benchmarks/policy_throughput.py --presets small large            # on a GPU: bf16 autocast, TF32
+    python benchmarks/policy_throughput.py --presets tiny small --device cpu
+
+A token is one turn of a context window. Model FLOPs per token (PaLM's appendix B): 6·N for the weight matrices
+(N = parameters outside embedding tables, which are lookups) plus 12·layers·context·d_model for attention scores and
+values, forward and backward. MFU = FLOPs per token × tokens/s ÷ the device's peak dense bf16 FLOP/s (known for
+H100/H200/A100; printed as n/a elsewhere, CPUs included). Inputs are random but shaped and typed like real batches
+(vocabulary-sized ids, legal masks with every action legal), which does not change the arithmetic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
+"""Dense bf16 tensor-core peaks (SXM parts) from NVIDIA's data sheets."""
+
+
+def flops_per_token(model: nn.Module, n_layers: int, context: int, d_model: int) -> float:
+    weights = sum(p.numel() for m in model.modules() if not isinstance(m, nn.Embedding)
+                  for p in m.parameters(recurse=False))
+    return 6.0 * weights + 12.0 * n_layers * context * d_model
+
+
+def measure(preset: str, device: torch.device, batch: int, context: int, steps: int) -> dict:
+    from models.pokemon_policy import PokemonPolicy, PolicyConfig
+    from pipelines.pokemon.observation import vocabulary
+    from shards_schema.pokemon import OBS_NUMERIC, OBS_WORDS
+    from training.offline_rl import TrainConfig, compute_losses
+
+    torch.manual_seed(0)
+    cfg = PolicyConfig.preset(preset, len(vocabulary()))
+    model = PokemonPolicy(cfg).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+    batch_data = {
+        "tokens": torch.randint(2, cfg.vocab_size, (batch, context, OBS_WORDS), device=device),
+        "numeric": torch.randn(batch, context, OBS_NUMERIC, device=device),
+        "legal": torch.ones(batch, context, 9, dtype=torch.bool, device=device),
+        "valid": torch.ones(batch, context, dtype=torch.bool, device=device),
+        "action": torch.randint(0, 9, (batch, context), device=device),
+        "reward": torch.zeros(batch, context, device=device),
+        "done": torch.zeros(batch, context, dtype=torch.bool, device=device),
+    }
+    train_cfg = TrainConfig(shards="-", out="-", preset=preset, context=context, batch_size=batch)
+    gammas = torch.tensor(cfg.gammas, device=device)
+    cuda = device.type == "cuda"
+
+    def step():
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=cuda):
+            loss = compute_losses(model, batch_data, train_cfg, gammas)[0]
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    for _ in range(3):  # warm-up: kernels chosen, allocator settled
+        step()
+    if cuda:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    if cuda:
+        torch.cuda.synchronize()
+    tokens_per_s = steps * batch * context / (time.perf_counter() - start)
+    per_token = flops_per_token(model, cfg.n_layers, context, cfg.d_model)
+    name = torch.cuda.get_device_name(device) if cuda else "CPU"
+    peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
+    return {"preset": preset, "parameters": model.num_parameters(), "tokens_per_s": tokens_per_s,
+            "flops_per_token": per_token, "mfu": per_token * tokens_per_s / peak if peak else None, "device": name}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--presets", nargs="+", default=["small", "large"])
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--context", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    for preset in args.presets:
+        r = measure(preset, device, args.batch, args.context, args.steps)
+        mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a (no known peak)"
+        print(f"{r['device']}: {preset} ({r['parameters'] / 1e6:.1f}M parameters), batch {args.batch} x "
+              f"{args.context} turns: {r['tokens_per_s']:,.0f} tokens/s, {r['flops_per_token'] / 1e6:.1f} MFLOP/token, "
+              f"MFU {mfu}")
+
+
+if __name__ == "__main__":
+    main()
