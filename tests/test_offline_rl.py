@@ -90,3 +90,32 @@ def test_window_gather_matches_reference(tiny_generated):
     three, _ = windows_dataset(str(published.path), context, seed=3, batch_size=4, min_batches=3 * (num_windows // 4))
     epoch = [int(r["window"]) for r in one.select_columns(["window"]).take_all()][:num_windows // 4 * 4]
     assert [int(r["window"]) for r in three.select_columns(["window"]).take_all()] == epoch * 3
+
+
+def test_window_loader_memory_is_bounded(tiny_generated):
+    """With room for one shard only, the loader evicts and re-decodes, and the batches stay the same."""
+    import numpy as np
+
+    from shards_schema.reader import open_version
+    from training.windows import LoadWindows, window_specs
+
+    _, published, _ = tiny_generated
+    specs = window_specs(open_version(published.path), 8, seed=0)
+    batch = {k: np.array([s[k] for s in specs]) for k in specs[0]}
+    roomy = LoadWindows(str(published.path), 8)(batch)
+    tight = LoadWindows(str(published.path), 8, max_cached_bytes=1)(batch)
+    for key in roomy:
+        assert np.array_equal(roomy[key], tight[key])
+
+    class Counting(LoadWindows):  # shards of 800 bytes each, decoded on demand and counted
+        decoded: list[str] = []
+
+        def _decode(self, file):
+            self.decoded.append(file)
+            return {"x": np.full(100, ord(file), np.int64)}
+
+    loader = Counting(str(published.path), 8, max_cached_bytes=1700)  # room for two shards
+    for file in "abacab":
+        assert loader._shard(file)["x"][0] == ord(file)
+    assert Counting.decoded == ["a", "b", "c", "b"]  # c evicts b (least recently used), so b is decoded again
+    assert loader._cached_bytes <= 1700

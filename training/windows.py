@@ -15,6 +15,7 @@ second on 2 cores, under 5× what the tiny model trains on; the specs stream wit
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
 
 import numpy as np
 import pyarrow as pa
@@ -103,22 +104,38 @@ class LoadWindows:
     """Window specs → padded numpy arrays (one row per window), in the process that trains.
 
     Each shard's training columns are decoded to numpy on first use and kept (windows are shuffled across the whole
-    version, so any batch touches any shard): about 390 bytes per turn, the whole version per worker. A batch is then
-    one fancy-index gather per shard it touches; a Python loop with Arrow calls per window (one shard cached) was
+    version, so any batch touches any shard): about 390 bytes per turn, the whole version per worker up to
+    ``max_cached_bytes`` (least recently used shards go first). A batch is then one fancy-index gather per shard it
+    touches; a Python loop with Arrow calls per window (one shard cached) was
     the loader's cost before (benchmarks/policy_loader_vs_trainer.py)."""
 
-    def __init__(self, version_path: str, context: int):
+    def __init__(self, version_path: str, context: int, max_cached_bytes: int = 4 << 30):
         self.version = open_version(version_path, check_sha256=False)  # verified once by the driver
         self.context = context
-        self._shards: dict[str, dict[str, np.ndarray]] = {}
+        self.max_cached_bytes = max_cached_bytes
+        self._shards: OrderedDict[str, dict[str, np.ndarray]] = OrderedDict()
+        self._cached_bytes = 0
 
     def _shard(self, file: str) -> dict[str, np.ndarray]:
+        """A decoded shard, kept least-recently-used first; memory stays under ``max_cached_bytes`` (beyond one
+        shard): a version larger than that is re-decoded as batches come back to its shards, slower but bounded."""
         arrays = self._shards.get(file)
-        if arrays is None:
-            import pyarrow.parquet as pq
-
-            arrays = self._shards[file] = decode_shard(pq.read_table(self.version.path / file, columns=COLUMNS))
+        if arrays is not None:
+            self._shards.move_to_end(file)
+            return arrays
+        arrays = self._decode(file)
+        size = sum(a.nbytes for a in arrays.values())
+        while self._shards and self._cached_bytes + size > self.max_cached_bytes:
+            _, evicted = self._shards.popitem(last=False)
+            self._cached_bytes -= sum(a.nbytes for a in evicted.values())
+        self._shards[file] = arrays
+        self._cached_bytes += size
         return arrays
+
+    def _decode(self, file: str) -> dict[str, np.ndarray]:
+        import pyarrow.parquet as pq
+
+        return decode_shard(pq.read_table(self.version.path / file, columns=COLUMNS))
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         files = batch["file"].astype(str)
