@@ -141,6 +141,11 @@ def test_rules_make_a_wild_frame_legal(frames_version):
     assert out.cont[CONT_INDEX["p1.state_age"]] == 0.0  # a new action starts at age 0
     assert out.cat[CAT_INDEX["proj3.type"]] == 7 and out.cont_valid[CONT_INDEX["proj3.x"]]
     assert wild.cont[CONT_INDEX["p0.x"]] == 1e6  # pure: the input is untouched
+    assert prev.stocks(1) > 0  # a lost stock: the next one starts at 0%
+    ko = Frame.at(seed, -1)
+    ko.cat[CAT_INDEX["p1.stocks"]] -= 1
+    ko.cont[CONT_INDEX["p1.percent"]] = 0.8
+    assert apply_rules(prev, ko, fallback, rules).value("p1.percent") == 0.0
 
 
 def test_rollout_of_600_frames_stays_within_bounds(random_rollout):

@@ -8,10 +8,10 @@ against the real replay, and a two-player environment on top.
 A rollout primes the model on S real frames with ``forward`` (keeping the backbone cache), then generates one frame
 at a time with ``step``, feeding every prediction back. Before a generated frame is fed back, the rollout rules
 (``apply_rules``) make it a frame the game could hold and the shard schema can store: state age advances by rule,
-positions stay inside the stage's blast zones, stocks 0-4 and never rising, percent 0-999, shield 0-60, hitlag >= 0,
-fields the replay's version records are never null and fields it does not record stay null, projectile slots and the
-nearest projectile are consistent with their presence flags. Controllers come from an array (the replay's own) or
-from one ``Policy`` per player.
+positions stay inside the stage's blast zones, stocks 0-4 and never rising (percent back to 0 on a lost stock),
+percent 0-999, shield 0-60, hitlag >= 0, fields the replay's version records are never null and fields it does not
+record stay null, projectile slots and the nearest projectile are consistent with their presence flags. Controllers
+come from an array (the replay's own) or from one ``Policy`` per player.
 
 The rollout is written as a ``melee_frames`` shard version (the seed frames, then the generated ones) through the
 parse job's ``ShardWriter``; ``unfeaturize`` is the inverse of ``training.melee_windows.featurize`` for every field
@@ -238,6 +238,8 @@ def apply_rules(prev: Frame, proposed: Frame, fallback_cat: np.ndarray, rules: R
     for player in PLAYERS:
         s = CAT_INDEX[f"{player}.stocks"]  # class = stocks + 1; stocks never rise during a game
         cat[s] = np.clip(min(cat[s], prev.cat[s]), 1, MAX_STOCKS + 1) if rules.cat_recorded[s] else 0
+        if rules.cat_recorded[s] and cat[s] < prev.cat[s]:  # a stock lost: the next one starts at 0%
+            cont[CONT_INDEX[f"{player}.percent"]] = 0.0
         # state age by rule: +1 frame in the same action, 0 in a new one (the value of 54% of the action changes
         # in the shared replays; 1 is 35%, -1 6%)
         a, age = CAT_INDEX[f"{player}.action"], CONT_INDEX[f"{player}.state_age"]
