@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
+
+from benchmarks.timing import seconds_per_call  # noqa: E402
 
 PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 """Dense bf16 tensor-core peaks (SXM parts) from NVIDIA's data sheets."""
@@ -62,16 +63,7 @@ def measure(preset: str, device: torch.device, batch: int, context: int, steps: 
         loss.backward()
         optimizer.step()
 
-    for _ in range(3):  # warm-up: kernels chosen, allocator settled
-        step()
-    if cuda:
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    if cuda:
-        torch.cuda.synchronize()
-    tokens_per_s = steps * batch * context / (time.perf_counter() - start)
+    tokens_per_s = batch * context / seconds_per_call(step, steps, warmup=3, cuda=cuda)
     per_token = flops_per_token(model, cfg.n_layers, context, cfg.d_model)
     name = torch.cuda.get_device_name(device) if cuda else "CPU"
     peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)

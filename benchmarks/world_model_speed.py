@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from benchmarks.timing import seconds_per_call  # noqa: E402
 from models.world_model import (  # noqa: E402
     BINARY_FIELDS,
     CAT_FIELDS,
@@ -60,15 +61,7 @@ def training_frames_per_s(model, device, batch: int, context: int, steps: int) -
         parts["total"].backward()
         optimizer.step()
 
-    one()  # warm up
-    if cuda:
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(steps):
-        one()
-    if cuda:
-        torch.cuda.synchronize()
-    return steps * batch * context / (time.perf_counter() - start)
+    return batch * context / seconds_per_call(one, steps, cuda=cuda)
 
 
 @torch.no_grad()
