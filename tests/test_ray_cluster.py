@@ -1,0 +1,37 @@
+"""ray_cluster.yaml is a cluster config Ray accepts: its own JSON schema, and the project's rules for heads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _config() -> dict:
+    return yaml.safe_load((REPO_ROOT / "ray_cluster.yaml").read_text())
+
+
+def test_cluster_config_follows_rays_schema():
+    import jsonschema
+    import ray.autoscaler
+
+    schema = json.loads((Path(ray.autoscaler.__file__).parent / "ray-schema.json").read_text())
+    config = _config()
+    jsonschema.validate(config, schema)
+    types = config["available_node_types"]
+    assert config["head_node_type"] in types
+    workers = [t for name, t in types.items() if name != config["head_node_type"]]
+    assert sum(t["max_workers"] for t in workers) <= config["max_workers"]
+
+
+def test_ray_is_started_as_the_project_requires():
+    config = _config()
+    starts = config["head_start_ray_commands"] + config["worker_start_ray_commands"]
+    for command in starts:
+        assert "RAY_AUTH_MODE=" in command, command  # set explicitly, never left to the default
+    head = " ".join(config["head_start_ray_commands"])
+    assert "--dashboard-host=127.0.0.1" in head  # reached through `ray dashboard` (SSH), never opened publicly
+    assert all(t["node_config"]["ImageId"] for t in config["available_node_types"].values())
