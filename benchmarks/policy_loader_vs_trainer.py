@@ -37,7 +37,7 @@ def measure_loader(version_path: str, context: int, batch_size: int, seed: int, 
     import ray
     import torch
 
-    from training.windows import window_batches, windows_dataset
+    from training.windows import LoadWindows, window_batches, windows_dataset
 
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     ray.data.DataContext.get_current().enable_progress_bars = False
@@ -46,7 +46,7 @@ def measure_loader(version_path: str, context: int, batch_size: int, seed: int, 
                                  min_batches=epochs * (num_windows // batch_size))
     batches, samples, first_s = [], 0, None
     t0 = time.perf_counter()
-    for arrays in window_batches(dataset, version_path, context, batch_size):
+    for arrays in window_batches(dataset, LoadWindows(version_path, context), batch_size):
         batch = {k: torch.from_numpy(v) for k, v in arrays.items()}  # as the trainer takes them
         if first_s is None:
             first_s = time.perf_counter() - t0

@@ -26,7 +26,8 @@ from models.world_model import (
     PROJECTILE_SLOTS,
     STAGES,
 )
-from shards_schema.reader import ShardVersion, open_version
+from shards_schema.reader import ShardVersion
+from training.windows import LoadWindows
 
 # where each feature lives in a melee_frames row (per player fields relative to p0/p1)
 _PLAYER_PATHS = {
@@ -166,47 +167,32 @@ def split_games(version: ShardVersion, validation_share: float, seed: int) -> tu
     return sorted(games[n_val:]), sorted(games[:n_val])
 
 
-class LoadFrameWindows:
-    """Ray Data batch function (also called directly): window specs → padded arrays (one row per window)."""
+class LoadFrameWindows(LoadWindows):
+    """Window specs → padded arrays of K+1 frames (one row per window), in the process that trains: the Pokémon
+    loader's mechanism (decoded shards in a bounded LRU, one gather per shard) over featurized frame shards."""
 
-    def __init__(self, version_path: str, context: int):
-        self.version = open_version(version_path, check_sha256=False)  # verified once by the driver
-        self.context = context
-        self._cache: dict[str, dict[str, np.ndarray]] = {}
+    def __init__(self, version_path: str, context: int, max_cached_bytes: int = 4 << 30):
+        super().__init__(version_path, context, max_cached_bytes)
+        self.window_length = context + 1  # K inputs and their K next-frame targets
 
-    def _features(self, file: str) -> dict[str, np.ndarray]:
-        features = self._cache.get(file)
-        if features is None:  # windows of a shard come in any order: featurize a shard once, keep the latest
-            import pyarrow.parquet as pq
+    def _decode(self, file: str) -> dict[str, np.ndarray]:
+        import pyarrow.parquet as pq
 
-            features = featurize(pq.read_table(self.version.path / file))
-            self._cache = {file: features}
-        return features
+        return featurize(pq.read_table(self.version.path / file))
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        n, t = len(batch["file"]), self.context + 1
-        out = {"window": batch["window"].astype(np.int64), "valid": np.zeros((n, t), bool),
-               "stage": np.zeros((n, t), np.int64)}
-        for i, (file, start, count, stage) in enumerate(zip(batch["file"], batch["row_start"], batch["num_rows"],
-                                                            batch["stage"], strict=True)):
-            features = self._features(str(file))
-            for key, values in features.items():
-                if key not in out:
-                    out[key] = np.zeros((n, t, values.shape[1]), values.dtype)
-                out[key][i, :count] = values[int(start):int(start) + int(count)]
-            out["valid"][i, :count] = True
-            out["stage"][i, :] = min(int(stage), STAGES - 1)
+        out = super().__call__(batch)
+        stage = np.minimum(batch["stage"].astype(np.int64), STAGES - 1)  # (n,): one stage per game
+        out["stage"] = np.repeat(stage[:, None], self.window_length, axis=1)  # (n, K+1)
         return out
 
 
-def windows_dataset(version_path: str, context: int, specs: list[dict]):
-    """The Ray Dataset of padded windows for these specs, in their order (order is preserved when read)."""
+def windows_dataset(specs: list[dict]):
+    """The Ray Dataset of window specs in their order (order is preserved when read); ``window_batches`` with a
+    ``LoadFrameWindows`` turns it into arrays in each training worker."""
     import ray.data
 
-    ds = ray.data.from_items(specs, override_num_blocks=max(1, min(len(specs) // 64, 200)))
-    return ds.map_batches(LoadFrameWindows, fn_constructor_kwargs={"version_path": version_path, "context": context},
-                          batch_format="numpy", batch_size=64, compute=ray.data.ActorPoolStrategy(size=1),
-                          num_cpus=0.25)
+    return ray.data.from_items(specs, override_num_blocks=max(1, min(len(specs) // 1024, 1000)))
 
 
 assert PROJECTILE_SLOTS == sum(1 for name, _ in CAT_FIELDS if name.endswith(".owner"))

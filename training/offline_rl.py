@@ -148,7 +148,7 @@ def train_loop_per_worker(config: dict) -> None:
     from models.pokemon_policy import PokemonPolicy, PolicyConfig
     from pipelines.pokemon.observation import vocabulary
     from training.loop import MetricsWriter, load_checkpoint, report_checkpoint, set_rng_state
-    from training.windows import window_batches
+    from training.windows import LoadWindows, window_batches
 
     cfg = TrainConfig(**config["cfg"])
     if cfg.torch_threads:
@@ -189,7 +189,7 @@ def train_loop_per_worker(config: dict) -> None:
     start, done_samples = time.monotonic(), 0
     # every worker reads the same ordered stream of window specs (all epochs in one pass) and gathers its slice of
     # each global batch; a resumed run skips the batches already trained on: exact resume
-    for batch in window_batches(shard, cfg.shards, cfg.context, cfg.batch_size, first_batch=step,
+    for batch in window_batches(shard, LoadWindows(cfg.shards, cfg.context), cfg.batch_size, first_batch=step,
                                 rows=slice(rank * per_worker, (rank + 1) * per_worker)):
         local = {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in batch.items()}
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=cuda):

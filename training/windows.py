@@ -112,6 +112,7 @@ class LoadWindows:
     def __init__(self, version_path: str, context: int, max_cached_bytes: int = 4 << 30):
         self.version = open_version(version_path, check_sha256=False)  # verified once by the driver
         self.context = context
+        self.window_length = context  # rows per window (subclasses that also need the next row's targets add one)
         self.max_cached_bytes = max_cached_bytes
         self._shards: OrderedDict[str, dict[str, np.ndarray]] = OrderedDict()
         self._cached_bytes = 0
@@ -143,7 +144,7 @@ class LoadWindows:
         out = None
         for file in np.unique(files):
             where = np.flatnonzero(files == file)
-            part = gather_windows(self._shard(str(file)), starts[where], counts[where], self.context)
+            part = gather_windows(self._shard(str(file)), starts[where], counts[where], self.window_length)
             if out is None:
                 out = {k: np.empty((len(files),) + v.shape[1:], v.dtype) for k, v in part.items()}
             for key, value in part.items():
@@ -173,13 +174,12 @@ def windows_dataset(version_path: str, context: int, seed: int, sides: list[str]
     return ray.data.from_items(specs, override_num_blocks=max(1, min(len(specs) // 1024, 1000))), num_windows
 
 
-def window_batches(specs, version_path: str, context: int, batch_size: int, *, first_batch: int = 0,
-                   rows: slice | None = None):
-    """Padded numpy batches from a stream of window specs (a ``Dataset`` or a worker's ``DataIterator``).
+def window_batches(specs, loader, batch_size: int, *, first_batch: int = 0, rows: slice | None = None):
+    """Padded numpy batches from a stream of window specs (a ``Dataset`` or a worker's ``DataIterator``), gathered
+    by ``loader`` (a ``LoadWindows``) in this process.
 
     ``first_batch`` skips batches without loading them (resume); ``rows`` keeps one worker's slice of each global
     batch."""
-    loader = LoadWindows(version_path, context)
     for index, batch in enumerate(specs.iter_batches(batch_size=batch_size, batch_format="numpy", drop_last=True)):
         if index < first_batch:
             continue

@@ -179,6 +179,8 @@ def train_loop_per_worker(config: dict) -> None:
 
     from models.world_model import WorldModel
     from training.loop import MetricsWriter, load_checkpoint, report_checkpoint, set_rng_state
+    from training.melee_windows import LoadFrameWindows
+    from training.windows import window_batches
 
     cfg = WorldModelTrainConfig(**config["cfg"])
     if cfg.torch_threads:
@@ -212,15 +214,14 @@ def train_loop_per_worker(config: dict) -> None:
     per_worker = cfg.batch_size // world
     writer = MetricsWriter(Path(cfg.out), dataclasses.asdict(cfg), cfg.wandb_mode, "world-model") if rank == 0 else None
     start, frames = time.monotonic(), 0
-    # The stream holds the batches of steps first_step+1 .. steps in order (run() cuts it from the resume point);
-    # every worker reads the same stream and keeps its slice of each global batch.
+    # The stream holds the window specs of steps first_step+1 .. steps in order (run() cuts it from the resume
+    # point); every worker reads the same stream and gathers its slice of each global batch itself.
     skip = step - config["first_step"]  # > 0 only when Ray restarted the run from a later checkpoint
-    for i, batch in enumerate(shard.iter_torch_batches(batch_size=cfg.batch_size, device=device, drop_last=True)):
-        if i < skip:
-            continue
+    for batch in window_batches(shard, LoadFrameWindows(config["shards"], cfg.context), cfg.batch_size,
+                                first_batch=skip, rows=slice(rank * per_worker, (rank + 1) * per_worker)):
         if step >= cfg.steps:
             break
-        local = {k: v[rank * per_worker:(rank + 1) * per_worker] for k, v in batch.items() if k != "window"}
+        local = {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in batch.items() if k != "window"}
         # seeded per step, not drawn from the global RNG: the same steps are sampled after a resume
         sampled = bool(torch.rand((), generator=torch.Generator().manual_seed(cfg.seed * 1_000_003 + step))
                        < cfg.scheduled_sampling)
@@ -272,7 +273,7 @@ def run(cfg: WorldModelTrainConfig):
         raise ValueError(f"--resume: the checkpoint is at step {first_step}, --steps is {cfg.steps}: nothing to do")
     specs = run_specs(version, cfg.context, cfg.seed, train_games, start=first_step * cfg.batch_size,
                       count=(cfg.steps - first_step) * cfg.batch_size)
-    dataset = windows_dataset(shards, cfg.context, specs)
+    dataset = windows_dataset(specs)
     num_windows = len(window_specs(version, cfg.context, cfg.seed, train_games))
     print(f"[world-model] {len(train_games)} training games ({num_windows} windows an epoch), {len(val_games)} "
           f"held out; steps {first_step + 1}..{cfg.steps}")
