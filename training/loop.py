@@ -31,6 +31,45 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
 
 
+def start_worker(cfg, tag: str):
+    """A Ray Train worker's start: intra-op threads, rank, device, TF32 on CUDA, the seed, and one line saying what
+    it runs on. ``cfg`` has ``torch_threads``, ``cpus_per_worker`` and ``seed``. Returns (rank, world, device, cuda)."""
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    cuda = device.type == "cuda"
+    if rank == 0:
+        print(f"[{tag}] device: {device} ({torch.cuda.get_device_name(device) if cuda else 'CPU, fp32'}), "
+              f"{world} worker(s), {torch.get_num_threads()} intra-op thread(s) each")
+        if not cuda and torch.get_num_threads() > max(1, int(cfg.cpus_per_worker)):
+            print(f"[{tag}] warning: {torch.get_num_threads()} intra-op threads on {cfg.cpus_per_worker} reserved "
+                  "CPU(s) oversubscribe the cores; steps slow down several-fold when anything else runs. Leave "
+                  "--torch-threads at 0 or raise --cpus-per-worker.")
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    torch.manual_seed(cfg.seed)
+    return rank, world, device, cuda
+
+
+def resume(config: dict, model, optimizer, rank: int, device) -> int:
+    """Load the checkpoint to resume from (``load_checkpoint``) into model, optimizer and this worker's RNGs;
+    the step to continue from (0 for a fresh run)."""
+    state = load_checkpoint(config, device)
+    if state is None:
+        return 0
+    getattr(model, "module", model).load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    set_rng_state(state["rng"][rank] if rank < len(state["rng"]) else state["rng"][0])
+    return state["step"]
+
+
 def report_checkpoint(payload: dict, metrics: dict, rank: int, world: int) -> None:
     """Report metrics with a checkpoint holding ``payload`` plus every worker's RNG state (only rank 0 writes)."""
     import ray.train

@@ -147,27 +147,11 @@ def train_loop_per_worker(config: dict) -> None:
 
     from models.pokemon_policy import PokemonPolicy, PolicyConfig
     from pipelines.pokemon.observation import vocabulary
-    from training.loop import MetricsWriter, load_checkpoint, report_checkpoint, set_rng_state
+    from training.loop import MetricsWriter, report_checkpoint, resume, start_worker
     from training.windows import LoadWindows, window_batches
 
     cfg = TrainConfig(**config["cfg"])
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    device = ray.train.torch.get_device()
-    cuda = device.type == "cuda"
-    if rank == 0:
-        print(f"[train] device: {device} ({torch.cuda.get_device_name(device) if cuda else 'CPU, fp32'}), "
-              f"{world} worker(s), {torch.get_num_threads()} intra-op thread(s) each")
-        if not cuda and torch.get_num_threads() > max(1, int(cfg.cpus_per_worker)):
-            print(f"[train] warning: {torch.get_num_threads()} intra-op threads on {cfg.cpus_per_worker} reserved "
-                  "CPU(s) oversubscribe the cores; steps slow down several-fold when anything else runs. Leave "
-                  "--torch-threads at 0 or raise --cpus-per-worker.")
-    if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    torch.manual_seed(cfg.seed)
+    rank, world, device, cuda = start_worker(cfg, "train")
     policy_cfg = PolicyConfig.preset(cfg.preset, len(vocabulary()))
     policy_cfg = dataclasses.replace(policy_cfg, max_turns=max(policy_cfg.max_turns, cfg.context))
     model = PokemonPolicy(policy_cfg)
@@ -176,13 +160,7 @@ def train_loop_per_worker(config: dict) -> None:
     model = ray.train.torch.prepare_model(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     gammas = torch.tensor(policy_cfg.gammas, device=device)
-    step = 0
-    state = load_checkpoint(config, device)  # Ray's own after a restart, or --resume's
-    if state is not None:
-        getattr(model, "module", model).load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        step = state["step"]
-        set_rng_state(state["rng"][rank] if rank < len(state["rng"]) else state["rng"][0])
+    step = resume(config, model, optimizer, rank, device)  # Ray's own checkpoint after a restart, or --resume's
     shard = ray.train.get_dataset_shard("train")
     per_worker = cfg.batch_size // world
     writer = MetricsWriter(Path(cfg.out), dataclasses.asdict(cfg), cfg.wandb_mode) if rank == 0 else None

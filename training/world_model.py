@@ -178,36 +178,18 @@ def train_loop_per_worker(config: dict) -> None:
     import torch
 
     from models.world_model import WorldModel
-    from training.loop import MetricsWriter, load_checkpoint, report_checkpoint, set_rng_state
+    from training.loop import MetricsWriter, report_checkpoint, resume, start_worker
     from training.melee_windows import LoadFrameWindows
     from training.windows import window_batches
 
     cfg = WorldModelTrainConfig(**config["cfg"])
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    device = ray.train.torch.get_device()
-    cuda = device.type == "cuda"
-    if rank == 0:
-        print(f"[world-model] device: {device} ({torch.cuda.get_device_name(device) if cuda else 'CPU, fp32'}), "
-              f"{world} worker(s)")
-    if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    torch.manual_seed(cfg.seed)
+    rank, world, device, cuda = start_worker(cfg, "world-model")
     model = WorldModel(model_config(cfg, cuda))
     if rank == 0:
         print(f"[world-model] {cfg.preset} {cfg.backbone}: {model.num_parameters():,} parameters")
     model = ray.train.torch.prepare_model(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    step = 0
-    state = load_checkpoint(config, device)
-    if state is not None:
-        getattr(model, "module", model).load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        step = state["step"]
-        set_rng_state(state["rng"][rank] if rank < len(state["rng"]) else state["rng"][0])
+    step = resume(config, model, optimizer, rank, device)  # Ray's own checkpoint after a restart, or --resume's
     val = validation_windows(config["shards"], cfg.context, config["val_games"], cfg.max_eval_windows) \
         if rank == 0 else {}
     shard = ray.train.get_dataset_shard("train")
