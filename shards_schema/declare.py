@@ -14,6 +14,14 @@ from functools import cache
 
 import pyarrow as pa
 
+i8 = typing.Annotated[int, pa.int8()]
+u8 = typing.Annotated[int, pa.uint8()]
+i16 = typing.Annotated[int, pa.int16()]
+u16 = typing.Annotated[int, pa.uint16()]
+i32 = typing.Annotated[int, pa.int32()]
+u32 = typing.Annotated[int, pa.uint32()]
+"""Integer widths for declarations (``x: u16``); a plain ``int`` is int64."""
+
 _SCALARS: dict[type, pa.DataType] = {
     int: pa.int64(),
     float: pa.float32(),

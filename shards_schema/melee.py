@@ -12,19 +12,13 @@ from typing import Annotated
 
 import pyarrow as pa
 
-from shards_schema.declare import arrow_fields, arrow_schema
+from shards_schema.declare import arrow_fields, arrow_schema, i32, u8, u16, u32
 from shards_schema.versions import MELEE_FRAMES
 
 SCHEMA_NAME = "melee_frames"
 SCHEMA_VERSION = MELEE_FRAMES.schema
 PROJECTILE_SLOTS = 4
 
-i8 = Annotated[int, pa.int8()]
-u8 = Annotated[int, pa.uint8()]
-i16 = Annotated[int, pa.int16()]
-u16 = Annotated[int, pa.uint16()]
-i32 = Annotated[int, pa.int32()]
-u32 = Annotated[int, pa.uint32()]
 
 
 @dataclass(frozen=True, kw_only=True)

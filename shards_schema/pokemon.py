@@ -11,7 +11,7 @@ from typing import Annotated
 
 import pyarrow as pa
 
-from shards_schema.declare import arrow_schema
+from shards_schema.declare import arrow_schema, i8, i16, i32
 from shards_schema.versions import POKEMON_TURNS
 
 SCHEMA_NAME = "pokemon_turns"
@@ -27,9 +27,6 @@ NUM_ACTIONS = NUM_MOVES + NUM_SWITCHES + NUM_TERA_MOVES
 OBS_WORDS = 87
 OBS_NUMERIC = 48
 
-i8 = Annotated[int, pa.int8()]
-i16 = Annotated[int, pa.int16()]
-i32 = Annotated[int, pa.int32()]
 
 
 @dataclass(frozen=True, kw_only=True)
