@@ -7,6 +7,7 @@ both frames (continuous), in the target (flags), or where the target class is no
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -40,8 +41,10 @@ _CATEGORY_RANGES = (  # common action-state ids (peppi's Common table), inclusiv
 )
 
 
+@functools.cache
 def action_category_table(num_classes: int) -> torch.Tensor:
-    """Category index of every action class (class = action-state id + 1; class 0, null, maps to ``other``)."""
+    """Category index of every action class (class = action-state id + 1; class 0, null, maps to ``other``); built
+    once per size, every metric batch reads it."""
     table = np.full(num_classes, CATEGORIES.index("other"), np.int64)
     for name, lo, hi in _CATEGORY_RANGES:
         table[lo + 1:hi + 2] = CATEGORIES.index(name)
