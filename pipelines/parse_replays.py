@@ -147,6 +147,31 @@ class ParseConfig:
         return out
 
 
+# ---------------------------------------------------------------------------- read rows (source → parse)
+def read_row(input_id: str, payload: bytes | None = None, *, read_error: str | None = None,
+             filter_reason: str | None = None, facts: dict | None = None) -> dict:
+    """One raw input as a read task hands it to the parse stage; every read function builds its rows here.
+
+    Args:
+        input_id: the input's stable id (a path relative to --input, ``archive::member``, ``table::battle``).
+        payload: the input's bytes (None when it could not be read or is not parsed).
+        read_error: why the input could not be read (it is quarantined with stage ``read``).
+        filter_reason: why the source excludes this input without parsing it (e.g. ``not_a_replay``); counted
+            as filtered under that reason.
+        facts: what the source knows about the input that its bytes do not say (JSON-able), handed to the
+            parser.
+    """
+    import json
+
+    return {"input_id": input_id, "payload": payload, "read_error": read_error, "filter_reason": filter_reason,
+            "facts_json": json.dumps(facts, sort_keys=True) if facts else None}
+
+
+def _column(batch: pa.Table, name: str) -> list:
+    """A read-row column, or Nones where a read task built its rows without it (tests, older callers)."""
+    return batch[name].to_pylist() if name in batch.column_names else [None] * batch.num_rows
+
+
 # ---------------------------------------------------------------------------- parse stage (runs in actors)
 class ParseInputs:
     """Parses a batch of raw inputs; expensive set-up (dex, vocabulary) happens once per actor."""
@@ -173,9 +198,10 @@ class ParseInputs:
             self.schema = FRAMES_SCHEMA
         vocabulary()
 
-    def _parse_one(self, input_id: str, payload: bytes, sha256: str) -> tuple[list[dict] | pa.Table, str | None,
-                                                                               list | None]:
-        """(rows or a table, filter reason, index rows the rows cannot tell) for one input."""
+    def _parse_one(self, input_id: str, payload: bytes, sha256: str, facts: dict) -> tuple[
+            list[dict] | pa.Table, str | None, list | None]:
+        """(rows or a table, filter reason, index rows the rows cannot tell) for one input; ``facts`` is what its
+        read task knew about it (see ``read_row``)."""
         if self.source == "slp":
             from pipelines.melee.slp import parse_slp
 
@@ -208,16 +234,23 @@ class ParseInputs:
         # would run hundreds of times per batch for nothing (measured: a third of parse time).
         gc.disable()
         try:
-            for input_id, payload, read_error in zip(batch["input_id"].to_pylist(), batch["payload"].to_pylist(),
-                                                     batch["read_error"].to_pylist(), strict=True):
+            for input_id, payload, read_error, source_filter, facts_json in zip(
+                    batch["input_id"].to_pylist(), batch["payload"].to_pylist(), _column(batch, "read_error"),
+                    _column(batch, "filter_reason"), _column(batch, "facts_json"), strict=True):
                 sha = hashlib.sha256(payload).hexdigest() if payload is not None else None
                 record = {"input_id": input_id, "source": self.source, "input_sha256": sha, "status": "written",
                           "stage": None, "error_type": None, "reason": None, "message": None, "dedupe_key": None,
                           "num_rows": 0, "index_json": None, "turns_ipc": None}
                 try:
+                    if source_filter is not None:
+                        record.update(status="filtered", stage="read", error_type="filter", reason=source_filter,
+                                      message=f"excluded by the source: {source_filter}")
+                        out.append(record)
+                        continue
                     if read_error is not None or payload is None:
                         raise ReadError(read_error or "input could not be read")
-                    rows, filter_reason, index_rows = self._parse_one(input_id, payload, sha)
+                    facts = json.loads(facts_json) if facts_json else {}
+                    rows, filter_reason, index_rows = self._parse_one(input_id, payload, sha, facts)
                     if filter_reason is not None:
                         record.update(status="filtered", stage="filter", error_type="filter", reason=filter_reason,
                                       message=f"excluded by filter {filter_reason}")
@@ -285,9 +318,9 @@ def _read_file(item: dict) -> list[dict]:
     rel = os.path.relpath(path, root) if os.path.isdir(root) else os.path.basename(path)
     try:
         with open(path, "rb") as fh:
-            return [{"input_id": rel, "payload": fh.read(), "read_error": None}]
+            return [read_row(rel, fh.read())]
     except OSError as err:
-        return [{"input_id": rel, "payload": None, "read_error": f"{type(err).__name__}: {err}"}]
+        return [read_row(rel, read_error=f"{type(err).__name__}: {err}")]
 
 
 def _read_row_group(item: dict) -> list[dict]:
@@ -305,14 +338,12 @@ def _read_row_group(item: dict) -> list[dict]:
     try:
         table = pq.ParquetFile(item["path"]).read_row_group(item["row_group"], columns=COLUMNS[source])
     except (OSError, pa.ArrowException) as err:
-        return [{"input_id": f"{name}#rg{item['row_group']}", "payload": None,
-                 "read_error": f"{type(err).__name__}: {err}"}]
+        return [read_row(f"{name}#rg{item['row_group']}", read_error=f"{type(err).__name__}: {err}")]
     out = []
     for row in table.to_pylist():
         if formats and row.get(FORMAT_COLUMN[source]) not in formats:
             continue
-        out.append({"input_id": f"{name}::{row.get(id_column)}",
-                    "payload": json.dumps(row, default=str, sort_keys=True).encode(), "read_error": None})
+        out.append(read_row(f"{name}::{row.get(id_column)}", json.dumps(row, default=str, sort_keys=True).encode()))
     return out
 
 
@@ -321,7 +352,7 @@ def _read_metamon(item: dict) -> list[dict]:
 
     path = item["path"]
     if metamon.is_archive(path):
-        return [{"input_id": mid, "payload": data, "read_error": err} for mid, data, err in metamon.iter_archive(path)]
+        return [read_row(mid, data, read_error=err) for mid, data, err in metamon.iter_archive(path)]
     return _read_file(item)
 
 
@@ -334,8 +365,7 @@ class GenerateBattles:
     def __call__(self, chunk: dict) -> list[dict]:
         from pipelines.sources import generated
 
-        return [{"input_id": bid, "payload": line, "read_error": None}
-                for bid, line in generated.generate(chunk, self.showdown)]
+        return [read_row(bid, line) for bid, line in generated.generate(chunk, self.showdown)]
 
 
 def read_stage(cfg: ParseConfig):
@@ -375,10 +405,9 @@ def _read_slp_item(item: dict) -> list[dict]:
     from pipelines.melee import sources
 
     if "synthetic" in item:
-        return [{"input_id": f"synthetic-{item['synthetic']:06d}.slp",
-                 "payload": sources.synthetic_game(item["synthetic"], item["seed"]), "read_error": None}]
-    return [{"input_id": mid, "payload": data, "read_error": err}
-            for mid, data, err in sources.iter_path(item["path"], item["root"])]
+        game = sources.synthetic_game(item["synthetic"], item["seed"])
+        return [read_row(f"synthetic-{item['synthetic']:06d}.slp", game)]
+    return [read_row(mid, data, read_error=err) for mid, data, err in sources.iter_path(item["path"], item["root"])]
 
 
 def _read_slp(cfg: ParseConfig):
