@@ -407,7 +407,8 @@ def _read_slp_item(item: dict) -> list[dict]:
     if "synthetic" in item:
         game = sources.synthetic_game(item["synthetic"], item["seed"])
         return [read_row(f"synthetic-{item['synthetic']:06d}.slp", game)]
-    return [read_row(mid, data, read_error=err) for mid, data, err in sources.iter_path(item["path"], item["root"])]
+    return [read_row(m.input_id, m.data, read_error=m.read_error, filter_reason=m.filter_reason)
+            for m in sources.iter_path(item["path"], item["root"])]
 
 
 def _read_slp(cfg: ParseConfig):

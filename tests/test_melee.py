@@ -157,11 +157,20 @@ def test_slp_job_on_archives(ray_local, tmp_path):
 
     root = tmp_path / "in"
     root.mkdir()
-    games = [write_slp(SyntheticGame(num_frames=300 + 10 * i, seed=i, rollback_frames=(3,))) for i in range(6)]
+    games = [write_slp(SyntheticGame(num_frames=300 + 10 * i, seed=i, rollback_frames=(3,))) for i in range(9)]
     (root / "a.slp").write_bytes(games[0])
     with zipfile.ZipFile(root / "b.zip", "w") as archive:
         archive.writestr("x/one.slp", games[1])
         archive.writestr("x/two.slp", games[2])
+        archive.writestr("x/notes.txt", b"not a replay")
+    with zipfile.ZipFile(root / "e.zip", "w") as archive:  # the middle member gets a bad CRC below
+        for name, data in (("g6.slp", games[6]), ("g7.slp", games[7]), ("g8.slp", games[8])):
+            archive.writestr(name, data)
+    raw = bytearray((root / "e.zip").read_bytes())
+    raw[raw.find(games[7][:64]) + 5000] ^= 0xFF
+    (root / "e.zip").write_bytes(bytes(raw))
+    (root / "LOUD.SLP").write_bytes(write_slp(SyntheticGame(num_frames=300, seed=99)))
+    (root / "notes.txt").write_text("not a replay")
     with tarfile.open(root / "c.tar.gz", "w:gz") as archive:
         for name, data in (("three.slp", games[3]), ("dup.slp", games[0])):
             info = tarfile.TarInfo(name)
@@ -176,12 +185,17 @@ def test_slp_job_on_archives(ray_local, tmp_path):
     cfg = ParseConfig.tiny(source="slp", input=str(root), out=str(tmp_path / "out"), min_frames=100)
     version = open_version(run(cfg, log=lambda *_: None).path)
     c = version.manifest.counts
-    assert (c.inputs, c.written) == (8, 5) and c.reconciles()
-    assert c.filtered == {"cpu_player": 1, "duplicate": 1}
-    assert sum(c.quarantined.values()) == 1
+    assert (c.inputs, c.written) == (14, 8) and c.reconciles()
+    assert c.filtered == {"cpu_player": 1, "duplicate": 1, "not_a_replay": 2}
+    assert sum(c.quarantined.values()) == 2
     index = version.index().to_pylist()
     assert {r["input_id"] for r in index} == {"a.slp", "b.zip::x/one.slp", "b.zip::x/two.slp",
-                                              "c.tar.gz::three.slp", "d.7z::four.slp"}
+                                              "c.tar.gz::three.slp", "d.7z::four.slp", "e.zip::g6.slp",
+                                              "e.zip::g8.slp", "LOUD.SLP"}
+    quarantined = {r["input_id"]: r["reason"] for r in version.quarantine().to_pylist()}
+    assert quarantined["e.zip::g7.slp"] == "unreadable" and quarantined["cut.slp"] == "unreadable_slp"
+    assert {i for i, reason in quarantined.items() if reason == "not_a_replay"} == {"notes.txt",
+                                                                                  "b.zip::x/notes.txt"}
     game = index[2]
     window = version.window(game["game_id"], first_frame=50, num_frames=30)
     assert window.column("frame").to_pylist() == list(range(50, 80))

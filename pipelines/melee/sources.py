@@ -7,53 +7,215 @@ from __future__ import annotations
 import os
 import tarfile
 import zipfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
-from pipelines.sources import list_files
+from pipelines.sources import has_suffix, list_files
 
+REPLAY = (".slp",)
 ARCHIVES = (".zip", ".7z", ".tar", ".tar.gz", ".tgz")
+NOT_A_REPLAY = "not_a_replay"
+REST = "<rest of archive>"
+
+
+class Member(NamedTuple):
+    """One input as read: a loose file or one archive member (see ``parse_replays.read_row``)."""
+
+    input_id: str
+    data: bytes | None = None
+    read_error: str | None = None
+    filter_reason: str | None = None
 
 
 def list_inputs(root: Path) -> list[str]:
-    return list_files(root, (".slp", *ARCHIVES))
+    """Every file under ``root``: replays and archives are read; anything else becomes a row filtered as
+    ``not_a_replay``, so a file the job does not read is counted, not left out without trace."""
+    return list_files(root, None)
 
 
-def iter_path(path: str, root: str) -> Iterator[tuple[str, bytes | None, str | None]]:
-    """(input id, bytes or None, read error) for a file, or for each ``.slp`` member of an archive."""
+def iter_path(path: str, root: str) -> Iterator[Member]:
+    """The inputs of one listed file: the file itself, or each member of an archive (directories in archives are
+    not inputs). A member that cannot be read is recorded under its own name and the next ones are read, as far as
+    the archive's format allows."""
     rel = os.path.relpath(path, root) if os.path.isdir(root) else os.path.basename(path)
-    try:
-        if path.endswith(".zip"):
-            with zipfile.ZipFile(path) as archive:
-                for name in sorted(n for n in archive.namelist() if n.endswith(".slp")):
-                    yield f"{rel}::{name}", archive.read(name), None
-        elif path.endswith(".7z"):
-            yield from _iter_7z(path, rel)
-        elif path.endswith((".tar", ".tar.gz", ".tgz")):
-            with tarfile.open(path, mode="r|*") as archive:
-                for member in archive:
-                    if member.isfile() and member.name.endswith(".slp"):
-                        handle = archive.extractfile(member)
-                        yield f"{rel}::{member.name}", handle.read() if handle else None, None
-        else:
+    if has_suffix(path, (".zip",)):
+        yield from _iter_zip(path, rel)
+    elif has_suffix(path, (".7z",)):
+        yield from _iter_7z(path, rel)
+    elif has_suffix(path, (".tar", ".tar.gz", ".tgz")):
+        yield from _iter_tar(path, rel)
+    elif has_suffix(path, REPLAY):
+        try:
             with open(path, "rb") as fh:
-                yield rel, fh.read(), None
-    except (OSError, EOFError, zipfile.BadZipFile, tarfile.TarError) as err:
-        yield f"{rel}::<rest of archive>", None, f"{type(err).__name__}: {err}"
+                yield Member(rel, fh.read())
+        except OSError as err:
+            yield Member(rel, read_error=_describe(err))
+    else:
+        yield Member(rel, filter_reason=NOT_A_REPLAY)
 
 
-def _iter_7z(path: str, rel: str):
-    """Members of a .7z in one decompression pass: py7zr writes each member into a buffer we hand it, and a
-    bounded queue passes finished members to this generator (memory: a few members at a time)."""
+def _describe(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"
+
+
+def _unread(rel: str, name: str) -> Member | None:
+    """The row of a member that is not a replay (None: a replay, to be read)."""
+    return None if has_suffix(name, REPLAY) else Member(f"{rel}::{name}", filter_reason=NOT_A_REPLAY)
+
+
+def _iter_zip(path: str, rel: str) -> Iterator[Member]:
+    try:
+        archive = zipfile.ZipFile(path)
+    except (OSError, EOFError, zipfile.BadZipFile) as err:  # no central directory: no member can be listed
+        yield Member(f"{rel}::{REST}", read_error=f"the zip cannot be opened: {_describe(err)}")
+        return
+    with archive:
+        for info in sorted(archive.infolist(), key=lambda i: i.filename):
+            if info.is_dir():
+                continue
+            if (skip := _unread(rel, info.filename)) is not None:
+                yield skip
+                continue
+            # The central directory gives every member its own offset, size and CRC, so one damaged member (bad
+            # CRC, broken deflate data, an unsupported method or a password) leaves the others readable.
+            try:
+                yield Member(f"{rel}::{info.filename}", archive.read(info))
+            except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError) as err:
+                yield Member(f"{rel}::{info.filename}", read_error=_describe(err))
+
+
+_TAR_ERRORS = (OSError, EOFError, tarfile.TarError, zlib.error, KeyError)
+
+
+def _iter_tar(path: str, rel: str) -> Iterator[Member]:
+    """Members of a .tar, .tar.gz or .tgz in archive order.
+
+    ``ignore_zeros`` makes tarfile step over a header that fails its checksum, block by block, to the next valid
+    one, instead of ending the archive there as if it were complete (which silently loses every later member). The
+    region it stepped over is reported as a damaged member. A gzip stream that is cut or corrupt cannot be read past
+    the damage (deflate has no resync points and the tar headers after it are in the lost bytes), so what follows
+    is recorded as one ``<rest of archive>`` input."""
+    try:
+        archive = tarfile.open(path, mode="r:*", ignore_zeros=True)
+    except _TAR_ERRORS as err:
+        yield Member(f"{rel}::{REST}", read_error=f"the archive cannot be opened: {_describe(err)}")
+        return
+    with archive:
+        member_id, expected = None, 0  # the member being read; where the next header should start
+        try:
+            for member in archive:
+                if member.offset > expected:
+                    yield from _damaged_tar_region(archive, rel, expected, member.offset)
+                expected = archive.offset
+                if member.isdir():
+                    continue
+                if (skip := _unread(rel, member.name)) is not None:
+                    yield skip
+                    continue
+                member_id = f"{rel}::{member.name}"
+                handle = archive.extractfile(member)  # regular files and links to them; None for devices
+                if handle is None:
+                    yield Member(member_id, filter_reason=NOT_A_REPLAY)
+                else:
+                    yield Member(member_id, handle.read())
+                member_id = None
+            yield from _damaged_tar_region(archive, rel, expected, None)
+        except _TAR_ERRORS as err:
+            if member_id is not None:
+                yield Member(member_id, read_error=_describe(err))
+            yield Member(f"{rel}::{REST}", read_error=f"the archive cannot be read past this point: {_describe(err)}")
+
+
+def _damaged_tar_region(archive: tarfile.TarFile, rel: str, start: int, end: int | None) -> Iterator[Member]:
+    """A row for bytes between two members (or after the last one) that are not the zero blocks tar pads with:
+    a member whose header failed its checksum. Named from its header when the name field still reads as one."""
+    fileobj = archive.fileobj
+    fileobj.seek(start)
+    first_nonzero, offset = None, start
+    while end is None or offset < end:
+        block = fileobj.read(1 << 20 if end is None else min(1 << 20, end - offset))
+        if not block:
+            break
+        nonzero = block.lstrip(b"\0")
+        if nonzero:
+            first_nonzero = offset + (len(block) - len(nonzero)) // tarfile.BLOCKSIZE * tarfile.BLOCKSIZE
+            break
+        offset += len(block)
+    if first_nonzero is None:
+        return
+    fileobj.seek(first_nonzero)
+    header = fileobj.read(tarfile.BLOCKSIZE)
+    name = header[:100].split(b"\0")[0].decode("utf-8", "replace")
+    readable = header[257:262] == b"ustar" and name.isprintable() and name
+    label = name if readable else f"<damaged header at byte {first_nonzero}>"
+    if readable and not has_suffix(name, REPLAY):
+        yield Member(f"{rel}::{label}", filter_reason=NOT_A_REPLAY)
+        return
+    yield Member(f"{rel}::{label}", read_error=f"the tar header at byte {first_nonzero} fails its checksum; "
+                 f"the member's data cannot be located")
+
+
+def _iter_7z(path: str, rel: str) -> Iterator[Member]:
+    """Members of a .7z, decompressed in one pass per attempt.
+
+    py7zr checks each member against its CRC after decoding it and stops the whole extraction at the first
+    mismatch, though the stream itself decoded. Such a member is recorded under its own name and the extraction
+    resumes with the members not read yet, told not to check that one again. Any other failure means the data
+    cannot be decoded past that point (a solid LZMA block has no resync points): every member not read yet is
+    then recorded under its own name with that error."""
+    import py7zr
+
+    try:
+        with py7zr.SevenZipFile(path) as archive:
+            entries = sorted((f.filename, f.is_directory) for f in archive.files)
+    except Exception as err:  # noqa: BLE001 - py7zr raises struct/LZMA/index errors on a damaged header too
+        yield Member(f"{rel}::{REST}", read_error=f"the 7z cannot be opened: {_describe(err)}")
+        return
+    replays = []
+    for name, is_directory in entries:
+        if is_directory:
+            continue
+        if (skip := _unread(rel, name)) is not None:
+            yield skip
+        else:
+            replays.append(name)
+    names = {name for name, _ in entries}
+    done: set[str] = set()
+    unchecked: set[str] = set()
+    while todo := [n for n in replays if n not in done and n not in unchecked]:
+        failure = yield from _extract_7z(path, rel, todo, unchecked, done)
+        if failure is None:
+            break
+        damaged = failure.args[2] if isinstance(failure, py7zr.exceptions.CrcError) else None
+        if damaged in names and damaged not in unchecked:  # a non-replay member is decoded past and checked too
+            unchecked.add(damaged)
+            if damaged in todo:
+                yield Member(f"{rel}::{damaged}", read_error=f"CrcError: the member's bytes do not match its "
+                             f"CRC-32 (stored {failure.args[1]:#010x}, decoded {failure.args[0]:#010x})")
+            continue
+        for name in todo:
+            if name not in done:
+                yield Member(f"{rel}::{name}", read_error="the 7z data cannot be decoded up to this member: "
+                             f"{_describe(failure)}")
+        break
+
+
+def _extract_7z(path: str, rel: str, targets: list[str], unchecked: set[str], done: set[str]):
+    """Yield the ``targets`` py7zr decodes, in archive order, and return the error that stopped it (None: all).
+
+    py7zr writes each member into a buffer we hand it, and a bounded queue passes finished members to this
+    generator (memory: a few members at a time)."""
     import queue
     import threading
 
     import py7zr
 
-    done = object()
+    finished = object()
     members: queue.Queue = queue.Queue(maxsize=4)
 
-    class Member(py7zr.Py7zIO):
+    class Buffer(py7zr.Py7zIO):
         def __init__(self, name: str):
             self.name, self.buffer = name, bytearray()
 
@@ -78,27 +240,33 @@ def _iter_7z(path: str, rel: str):
 
     class Factory(py7zr.WriterFactory):
         def create(self, filename):
-            return Member(filename)
+            return Buffer(filename)
 
     failure: list[BaseException] = []
 
     def extract():
         try:
             with py7zr.SevenZipFile(path) as archive:
-                names = sorted(n for n in archive.getnames() if n.endswith(".slp"))
-                archive.extract(targets=names, factory=Factory())
-        except Exception as err:  # noqa: BLE001 - reported below as the archive's read error
+                for f in archive.files:
+                    if f.filename in unchecked:
+                        # file_properties() is the archive's own record of the member: without a digest py7zr
+                        # decodes it past without a check, so the members after it can be read.
+                        f.file_properties()["digest"] = None
+                archive.extract(targets=targets, factory=Factory())
+        except Exception as err:  # noqa: BLE001 - handed to the caller, which records it on the members it hit
             failure.append(err)
         finally:
-            members.put(done)
+            members.put(finished)
 
     thread = threading.Thread(target=extract, daemon=True)
     thread.start()
-    while (item := members.get()) is not done:
-        yield f"{rel}::{item[0]}", item[1], None
+    while (item := members.get()) is not finished:
+        if item[0] in done:  # a member decoded in an earlier attempt is only decoded past
+            continue
+        done.add(item[0])
+        yield Member(f"{rel}::{item[0]}", item[1])
     thread.join()
-    if failure:
-        yield f"{rel}::<rest of archive>", None, f"{type(failure[0]).__name__}: {failure[0]}"
+    return failure[0] if failure else None
 
 
 def download(repo: str, out_dir: Path, revision: str | None, patterns: list[str]) -> str:
@@ -110,7 +278,7 @@ def download(repo: str, out_dir: Path, revision: str | None, patterns: list[str]
     api = HfApi()
     info = api.dataset_info(repo, revision=revision or "main")
     files = sorted(f for f in api.list_repo_files(repo, repo_type="dataset", revision=info.sha)
-                   if f.endswith((".slp", *ARCHIVES)) and (not patterns or any(fnmatch(f, p) for p in patterns)))
+                   if has_suffix(f, (*REPLAY, *ARCHIVES)) and (not patterns or any(fnmatch(f, p) for p in patterns)))
     for name in files:
         hf_hub_download(repo_id=repo, repo_type="dataset", filename=name, revision=info.sha, local_dir=str(out_dir))
     return f"{repo}@{info.sha}"
