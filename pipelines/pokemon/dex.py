@@ -22,6 +22,10 @@ SHOWDOWN_VERSION = "0.11.11"
 
 _NON_ID = re.compile(r"[^a-z0-9]+")
 
+TYPELESS = "threequestionmarks"
+"""The ``???`` type (Curse in gens 2-4, Bide in gen 1, a Pokémon that lost its type): a word of its own, since its
+id (``toID("???")``) is empty and an empty word would vanish from the observation text."""
+
 
 def to_id(name: str) -> str:
     """Showdown's ``toID``: lowercase alphanumerics only."""
@@ -104,7 +108,10 @@ class Dex:
 @cache
 def load_dex(gen: int) -> Dex:
     raw = _all_gens()[f"gen{gen}"]
-    return Dex(gen, raw["species"], raw["moves"], raw["items"], raw["abilities"])
+    # export_dex.js writes toID(type), which is "" for "???"
+    moves = {mid: {**m, "type": m["type"] or TYPELESS} for mid, m in raw["moves"].items()}
+    species = {sid: {**sp, "types": [t or TYPELESS for t in sp["types"]]} for sid, sp in raw["species"].items()}
+    return Dex(gen, species, moves, raw["items"], raw["abilities"])
 
 
 @cache

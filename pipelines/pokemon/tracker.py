@@ -13,7 +13,7 @@ as the Showdown client does; malformed lines raise ``ProtocolError``.
 from __future__ import annotations
 
 from pipelines.errors import ProtocolError, UnknownMessageError
-from pipelines.pokemon.dex import Dex, UnknownDexEntry, to_id
+from pipelines.pokemon.dex import TYPELESS, Dex, UnknownDexEntry, to_id
 
 _BOOST_KEYS = {"atk": "atk_boost", "def": "def_boost", "spa": "spa_boost", "spd": "spd_boost", "spe": "spe_boost",
                "accuracy": "accuracy_boost", "evasion": "evasion_boost"}
@@ -284,8 +284,10 @@ class BattleTracker:
         side = self._side_of(parts[2])
         kw = self._kwargs(parts[5:]) if len(parts) > 5 else {}
         source = kw.get("from", "")
-        # A move called by another (Sleep Talk, Metronome) or continuing a lock does not cost PP.
-        called = source.startswith("move:") or source == "lockedmove" or "zeffect" in kw
+        # A move called by another (Sleep Talk, Metronome) or continuing a lock does not cost PP. Gen 1-3 logs
+        # name the caller without the ``move:`` prefix (``[from] Sleep Talk`` in pokemon-showdown 0.11.11's gen 2).
+        called = (source.startswith("move:") or source == "lockedmove" or "zeffect" in kw
+                  or (source != "" and to_id(source) in self.dex.moves))
         if move_id not in ("struggle", "recharge") and not called:
             mon.moves[move_id] = mon.moves.get(move_id, 0) + 1
         elif source.startswith("move:") and move_id not in mon.moves and to_id(source[5:]) in mon.moves:
@@ -396,7 +398,7 @@ class BattleTracker:
         effect = _effect_id(parts[3])
         if effect == "typechange" and len(parts) > 4:
             # "???" (a Pokémon that lost its type, e.g. after Burn Up) is a type of its own
-            mon.types = [to_id(t) or "threequestionmarks" for t in parts[4].split("/") if t]
+            mon.types = [to_id(t) or TYPELESS for t in parts[4].split("/") if t]
         elif effect.startswith("perish") or effect.startswith("stockpile"):
             mon.effects = {e for e in mon.effects if not e.startswith(effect[:6])} | {effect}
         else:
