@@ -2,11 +2,12 @@
 
     python benchmarks/reconstruction_agreement.py --battles 250
 
-Plays battles with the real simulator (heuristic vs random, ``gen9randombattle`` and ``gen1ou``), builds each
-player's exact trajectory from its own stream, reconstructs both from the spectator log alone, and prints how often
-each field agrees (``pipelines/pokemon/agreement.py``). ``action.visible_identical``: of the actions the
-reconstruction infers, the share equal to the chosen action; ``action.coverage``: of the chosen actions, the share
-a spectator can see at all.
+Plays battles with the real simulator (heuristic vs random, ``gen9randombattle``, ``gen2randombattle`` (sleep,
+Sleep Talk, Hidden Power) and ``gen1ou``), builds each player's exact trajectory from its own stream, reconstructs
+both from the spectator log alone, and prints how often each field agrees (``pipelines/pokemon/agreement.py``).
+``action.visible_identical``: of the actions a spectator can see (those the reconstruction infers, plus those it
+left at -1 although the log shows the chosen move or switch in that turn, which count as wrong), the share equal to
+the chosen action; ``action.coverage``: of the chosen actions, the share the reconstruction recorded.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pipelines.pokemon.agreement import Agreement, add_generated_battles  # noqa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--battles", type=int, default=250, help="battles per format")
-    parser.add_argument("--formats", nargs="+", default=["gen9randombattle", "gen1ou"])
+    parser.add_argument("--formats", nargs="+", default=["gen9randombattle", "gen2randombattle", "gen1ou"])
     parser.add_argument("--seed", type=int, default=31)
     args = parser.parse_args()
     for fmt in args.formats:

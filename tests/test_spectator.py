@@ -193,3 +193,126 @@ def test_typeless_after_typechange_is_a_word():
     row = next(r for r in rows if r["player_side"] == "p1" and r["battle_turn"] == 3)
     assert row["state"]["player_active"]["types"] == ["threequestionmarks", "fighting"]
     assert observe(row["state"], "gen9ou")[3] == 0  # no unknown word
+
+
+def _turn3_replaced(*new_lines):
+    """The gen9ou replay with p1's turn-3 move (Slowking's Future Sight) replaced by ``new_lines``."""
+    data, lines, _ = _replay("smogtours-gen9ou-733546")
+    at = lines.index("|move|p1a: the fish song|Future Sight|p2a: Leviathan")
+    rows = spectator_trajectories(lines[:at] + list(new_lines) + lines[at + 1:], DEXES[9], format_id="gen9ou",
+                                  battle_id=data["id"])
+    row = _by_turn(rows, "p1")[(3, False)]
+    return action_meaning(row["state"], row["action"])
+
+
+@pytest.mark.parametrize("called_by", ["[from] move: Sleep Talk", "[from] Sleep Talk"])  # gen 9, gen 2 spellings
+def test_sleep_talk_after_cant_slp_is_the_choice(called_by):
+    me = "p1a: the fish song"
+    assert _turn3_replaced(f"|cant|{me}|slp", f"|move|{me}|Sleep Talk|{me}",
+                           f"|move|{me}|Future Sight|p2a: Leviathan|{called_by}") == ("move", "sleeptalk", False)
+    assert _turn3_replaced(f"|cant|{me}|slp", f"|move|{me}|Snore|p2a: Leviathan") == ("move", "snore", False)
+    assert _turn3_replaced(f"|cant|{me}|slp") is None  # asleep and nothing else: the choice is hidden
+
+
+@pytest.mark.parametrize("reason,move", [
+    ("Disable", "Future Sight"), ("move: Taunt", "Calm Mind"), ("move: Imprison", "Future Sight"),
+    ("move: Gravity", "Future Sight"), ("move: Heal Block", "Slack Off"), ("nopp", "Future Sight"),
+    ("Focus Punch", "Focus Punch"),
+])
+def test_cant_that_names_the_move_shows_the_choice(reason, move):
+    """pokemon-showdown 0.11.11 emits these before the move line, naming the move that was chosen; a move seen
+    only there is still one of the player's own moves."""
+    from pipelines.pokemon.dex import to_id
+
+    assert _turn3_replaced(f"|cant|p1a: the fish song|{reason}|{move}") == ("move", to_id(move), False)
+
+
+@pytest.mark.parametrize("reason", ["par", "frz", "flinch", "recharge", "Attract", "ability: Truant",
+                                    "move: Throat Chop", "partiallytrapped"])
+def test_cant_that_names_no_move_hides_the_choice(reason):
+    assert _turn3_replaced(f"|cant|p1a: the fish song|{reason}") is None
+
+
+def test_blocking_ability_cant_is_the_movers_not_the_holders():
+    """``|cant|<holder>|ability: Dazzling|<move>|[of] <mover>`` comes after the mover's move line; the holder's
+    own choice of that turn is still to come and must not be lost."""
+    data, lines, _ = _replay("smogtours-gen9ou-733546")
+    at = lines.index("|move|p2a: Leviathan|U-turn|p1a: bozo bozo bozo") + 1
+    blocked = lines[:at] + ["|cant|p1a: bozo bozo bozo|ability: Dazzling|U-turn|[of] p2a: Leviathan"] + lines[at:]
+    rows = spectator_trajectories(blocked, DEXES[9], format_id="gen9ou", battle_id=data["id"])
+    p1, p2 = _by_turn(rows, "p1")[(1, False)], _by_turn(rows, "p2")[(1, False)]
+    assert action_meaning(p1["state"], p1["action"]) == ("move", "knockoff", False)
+    assert action_meaning(p2["state"], p2["action"]) == ("move", "uturn", False)
+
+
+@pytest.fixture(scope="module")
+def gen2_battles():
+    """20 gen 2 simulator battles (seed 7 has Sleep Talk after |cant|slp and Hidden Power choices): (truth rows,
+    reconstructed rows, spectator log) per battle."""
+    if shutil.which("node") is None:
+        pytest.skip("Node.js is needed to run the simulator")
+    from pipelines.sources import generated
+
+    out = []
+    for battle_id, payload in generated.generate(generated.chunks(["gen2randombattle"], 20, 7, "heuristic",
+                                                                  "random", 20)[0]):
+        truth, _ = generated.parse(battle_id, payload, DEXES, None)
+        log = json.loads(payload)["spectator_log"]
+        out.append((truth, spectator_trajectories(log, DEXES[2], format_id="gen2randombattle",
+                                                  battle_id=battle_id), log))
+    return out
+
+
+def test_sleep_talk_and_hidden_power_choices_on_simulator_battles(gen2_battles):
+    """Ground truth: the players' own choices. Hidden Power is listed as ``hiddenpower`` in a gen 2-7 request and
+    as ``hiddenpower<type>`` in the team; the reconstruction must record every one the log shows."""
+    from pipelines.pokemon.agreement import visible_choices
+
+    seen = {"sleeptalk": 0, "hiddenpower": 0}
+    for truth, recon, log in gen2_battles:
+        shown = visible_choices(log, DEXES[2])
+        for t, r in zip(truth, recon, strict=True):
+            want = action_meaning(t["state"], t["action"])
+            copied = "transform" in t["state"]["player_active"]["effects"]  # a Ditto's moves are not its slots
+            if want is not None and want[1] in seen and not copied and want[:2] in shown.get(
+                    (t["player_side"], t["battle_turn"]), ()):
+                seen[want[1]] += 1
+                assert action_meaning(r["state"], r["action"]) == want, (t["trajectory_id"], t["battle_turn"])
+    assert seen["sleeptalk"] >= 3 and seen["hiddenpower"] >= 10, seen
+
+
+def test_agreement_counts_a_missed_visible_choice_as_wrong(gen2_battles):
+    from pipelines.pokemon.agreement import visible_choices
+
+    truth, recon, log = gen2_battles[0]
+    shown = visible_choices(log, DEXES[2])
+    truth_p1 = [r for r in truth if r["player_side"] == "p1"]
+    recon_p1 = [r for r in recon if r["player_side"] == "p1"]
+    i = next(i for i, r in enumerate(recon_p1) if r["action"] >= 0)
+    missed = [dict(r, action=-1) if k == i else r for k, r in enumerate(recon_p1)]
+    full, blind = Agreement(), Agreement()
+    full.add(truth_p1, recon_p1, shown)
+    blind.add(truth_p1, missed, shown)
+    name = "action.visible_identical"
+    assert blind.total[name] == full.total[name] and blind.agree[name] == full.agree[name] - 1
+    assert blind.agree["action.coverage"] == full.agree["action.coverage"] - 1
+
+
+def test_move_called_by_sleep_talk_costs_no_pp_in_either_spelling():
+    """Gen 1-3 logs write ``[from] Sleep Talk``, later ones ``[from] move: Sleep Talk``: the called move is not a
+    use of its own PP either way, so both logs give the same rows."""
+    data, lines, _ = _replay("smogtours-gen9ou-733546")
+    at = lines.index("|move|p1a: the fish song|Future Sight|p2a: Leviathan")
+    me = "p1a: the fish song"
+
+    def rows(called_by):
+        log = lines[:at] + [f"|cant|{me}|slp", f"|move|{me}|Sleep Talk|{me}",
+                            f"|move|{me}|Future Sight|p2a: Leviathan|{called_by}"] + lines[at + 1:]
+        return spectator_trajectories(log, DEXES[9], format_id="gen9ou", battle_id=data["id"])
+
+    modern, old = rows("[from] move: Sleep Talk"), rows("[from] Sleep Talk")
+    assert [r["state"] for r in old] == [r["state"] for r in modern]
+    later = [r["state"]["player_active"] for r in old if r["player_side"] == "p1" and r["battle_turn"] > 3]
+    slowking = [{m["name"]: (m["current_pp"], m["max_pp"]) for m in mon["moves"]}
+                for mon in later if mon and mon["name"] == "slowking"]
+    assert slowking and all(moves["futuresight"] == (16, 16) and moves["sleeptalk"] == (15, 16) for moves in slowking)

@@ -4,6 +4,10 @@ For a generated battle the players' own streams give exact states and chosen act
 battle goes through ``spectator_trajectories``. This module aligns the two decision sequences and counts, per
 field, how often they agree. Actions are compared by meaning (which move, which switch target, terastallized or
 not), since the reconstruction orders move slots by first reveal and the simulator by the real moveset.
+
+``action.visible_identical`` counts every decision whose action a spectator can see: those the reconstruction
+infers, and those where it records -1 although the log shows the chosen move or switch in that turn
+(``visible_choices``, a reading of the log independent of the parser); the latter count as wrong.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from pipelines.pokemon.dex import Dex, UnknownDexEntry, to_id
 from shards_schema.pokemon import NUM_MOVES, NUM_SWITCHES
 
 HP_TOLERANCE = 0.011
@@ -24,10 +29,49 @@ def action_meaning(state: dict, action: int) -> tuple | None:
     if action < NUM_MOVES or action >= NUM_MOVES + NUM_SWITCHES:
         slot = action % (NUM_MOVES + NUM_SWITCHES) if action >= NUM_MOVES + NUM_SWITCHES else action
         moves = state["player_active"]["moves"]
-        return ("move", moves[slot]["name"] if slot < len(moves) else "?", action >= NUM_MOVES + NUM_SWITCHES)
+        name = moves[slot]["name"] if slot < len(moves) else "?"
+        # A spectator sees "Hidden Power", not its type (gen 2-7): the type is not part of the choice's meaning.
+        name = "hiddenpower" if name.startswith("hiddenpower") else name
+        return ("move", name, action >= NUM_MOVES + NUM_SWITCHES)
     switches = state["available_switches"]
     k = action - NUM_MOVES
     return ("switch", switches[k]["name"] if k < len(switches) else "?")
+
+
+def visible_choices(lines: list[str], dex: Dex) -> dict[tuple[str, int], set[tuple[str, str]]]:
+    """(side, turn) → the choices the spectator log shows in that turn: ``("move", id)`` for a move the side used
+    that no other move or ability called (a continuing lock counts: it is the request's only choice) and for the
+    move a ``|cant|`` names for the Pokémon that could not act; ``("switch", species id)`` for each ``|switch|``
+    (``|drag|`` is not chosen; a cosmetic forme such as Gastrodon-East is its dex species). Hidden Power is
+    ``hiddenpower`` whatever its type (the log does not say it)."""
+    from pipelines.pokemon.spectator import cant_actor_and_move
+
+    out: dict[tuple[str, int], set[tuple[str, str]]] = {}
+    turn = 0
+    for line in lines:
+        parts = line.split("|")
+        kind = parts[1] if len(parts) > 1 else ""
+        if kind == "turn" and len(parts) > 2 and parts[2].isdigit():
+            turn = int(parts[2])
+        elif kind == "move" and len(parts) > 3:
+            if not any(p.startswith("[from]") and "lockedmove" not in p for p in parts[5:]):
+                out.setdefault((parts[2][:2], turn), set()).add(("move", _move_name(to_id(parts[3]))))
+        elif kind == "cant" and len(parts) > 4:
+            actor, move = cant_actor_and_move(parts)
+            if move is not None and actor == parts[2]:
+                out.setdefault((actor[:2], turn), set()).add(("move", _move_name(move)))
+        elif kind == "switch" and len(parts) > 3:
+            species = parts[3].split(",")[0]
+            try:
+                species = dex.species_id(species)
+            except UnknownDexEntry:
+                species = to_id(species)
+            out.setdefault((parts[2][:2], turn), set()).add(("switch", species))
+    return out
+
+
+def _move_name(move_id: str) -> str:
+    return "hiddenpower" if move_id.startswith("hiddenpower") else move_id
 
 
 def _mon_fields(prefix: str, truth: dict | None, recon: dict | None, out: dict[str, bool]) -> None:
@@ -49,7 +93,10 @@ class Agreement:
     trajectories: int = 0
     aligned_trajectories: int = 0
 
-    def add(self, truth_rows: list[dict], recon_rows: list[dict]) -> None:
+    def add(self, truth_rows: list[dict], recon_rows: list[dict],
+            shown: dict[tuple[str, int], set[tuple[str, str]]] | None = None) -> None:
+        """Compare one player's exact trajectory with its reconstruction; ``shown``: ``visible_choices`` of the
+        battle's spectator log (without it, a -1 only lowers ``action.coverage``)."""
         self.trajectories += 1
         if [r["state"]["forced_switch"] for r in truth_rows] != [r["state"]["forced_switch"] for r in recon_rows]:
             self.total["decision_alignment"] += 1
@@ -61,7 +108,9 @@ class Agreement:
             fields: dict[str, bool] = {}
             truth_action = action_meaning(t["state"], t["action"])
             recon_action = action_meaning(r["state"], r["action"])
-            if recon_action is not None:
+            in_log = truth_action is not None and shown is not None and truth_action[:2] in shown.get(
+                (t["player_side"], t["battle_turn"]), ())
+            if recon_action is not None or in_log:
                 fields["action.visible_identical"] = recon_action == truth_action
             if truth_action is not None:
                 fields["action.coverage"] = recon_action is not None
@@ -74,9 +123,9 @@ class Agreement:
                     == sorted(m["name"] for m in rs["opponent_active"]["moves"]))
                 fields["opponent_active.item"] = ts["opponent_active"]["item"] == rs["opponent_active"]["item"]
             if ts["player_active"] and rs["player_active"]:
-                truth_moves = {m["name"] for m in ts["player_active"]["moves"]}
-                fields["player_active.known_moves_subset"] = {m["name"] for m in rs["player_active"]["moves"]} <= (
-                    truth_moves)
+                truth_moves = {_move_name(m["name"]) for m in ts["player_active"]["moves"]}
+                fields["player_active.known_moves_subset"] = {
+                    _move_name(m["name"]) for m in rs["player_active"]["moves"]} <= truth_moves
             truth_bench = sorted(m["name"] for m in ts["available_switches"])
             recon_bench = sorted(m["name"] for m in rs["available_switches"])
             # a spectator cannot know benched Pokémon the log never shows: known ones must be right
@@ -112,9 +161,11 @@ def add_generated_battles(agreement: Agreement, format_id: str, num_battles: int
     chunk = generated.chunks([format_id], num_battles, seed, "heuristic", "random", num_battles)[0]
     for battle_id, payload in generated.generate(chunk):
         truth, _ = generated.parse(battle_id, payload, dexes, None)
-        recon = spectator_trajectories(json.loads(payload)["spectator_log"], dexes[gen_of_format(format_id)],
-                                       format_id=format_id, battle_id=battle_id)
+        log = json.loads(payload)["spectator_log"]
+        recon = spectator_trajectories(log, dexes[gen_of_format(format_id)], format_id=format_id,
+                                       battle_id=battle_id)
+        shown = visible_choices(log, dexes[gen_of_format(format_id)])
         for side in ("p1", "p2"):
             agreement.add([r for r in truth if r["player_side"] == side],
-                          [r for r in recon if r["player_side"] == side])
+                          [r for r in recon if r["player_side"] == side], shown)
     return agreement

@@ -25,6 +25,16 @@ def _move_key(move_id: str) -> str:
     return move_id.rstrip("0123456789")
 
 
+def _request_key(move_id: str, move_ids: list[str]) -> str:
+    """The team's id for a move of the request's active list. Gen 2-7 requests list Hidden Power as ``hiddenpower``
+    while the team lists its type (``hiddenpowerrock``): pokemon-showdown 0.11.11, seen in generated gen 2 battles,
+    where every Hidden Power choice was recorded as -1 before this."""
+    key = _move_key(move_id)
+    if key == "hiddenpower" and key not in move_ids:
+        return next((m for m in move_ids if m.startswith("hiddenpower")), key)
+    return key
+
+
 class Decision:
     """The state, action and exact mask for one request."""
 
@@ -61,9 +71,10 @@ class Decision:
                 mon.types = [mon.tera_type]
             exact = {}
             if with_request_moves and active_req:
+                team_keys = [_move_key(mid) for mid in p["moves"]]
                 for m in active_req.get("moves", []):
                     if "pp" in m:
-                        exact[_move_key(m["id"])] = (m["pp"], m["maxpp"])
+                        exact[_request_key(m["id"], team_keys)] = (m["pp"], m["maxpp"])
                 mon.exact_pp.update(exact)
             moves = []
             for mid in p["moves"]:
@@ -98,7 +109,7 @@ class Decision:
             for m in active_req.get("moves", []):
                 if m.get("disabled"):
                     continue
-                key = _move_key(m["id"])
+                key = _request_key(m["id"], move_ids)
                 if key in move_ids and move_ids.index(key) < NUM_MOVES:
                     slot = move_ids.index(key)
                     mask[slot] = True
@@ -135,7 +146,7 @@ class Decision:
             index = int(choice[1]) - 1
             if not 0 <= index < len(listed):
                 raise IllegalActionError(f"{self.side_id} chose {self.choice!r} with {len(listed)} moves listed")
-            key = _move_key(listed[index]["id"])
+            key = _request_key(listed[index]["id"], move_ids)
             if key not in move_ids:  # Struggle, Recharge: forced, not one of the 13 choices
                 return -1
             slot = move_ids.index(key)

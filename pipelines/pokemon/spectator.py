@@ -9,7 +9,15 @@ For each player, at each decision point, the state holds what that player could 
 Decision points and the action at each:
 - every ``|turn|`` starts a decision for each side with an active Pokémon; its action is the side's first visible
   act in that turn: a move (slot in the own move list, +9 when terastallized first), a switch (index in the
-  available switches) or -1 when nothing shows what was chosen (``|cant|``, fainted first, Struggle, recharge);
+  available switches) or -1 when nothing shows what was chosen (fainted first, Struggle, recharge, a ``|cant|``
+  that names no move);
+- a ``|cant|`` shows the choice when it names the move that was stopped (``Disable``, ``move: Taunt``,
+  ``move: Imprison``, ``move: Gravity``, ``move: Heal Block``, ``Focus Punch``, ``nopp``: in pokemon-showdown
+  0.11.11 each is emitted before the move line with the chosen move) or, for ``slp``, when Sleep Talk or Snore
+  (the only ``sleepUsable`` moves) follows; ``par``, ``frz``, ``flinch``, ``Attract``, ``ability: Truant``,
+  ``move: Throat Chop``, ``partiallytrapped`` and a ``slp`` followed by nothing name no move. The blocking
+  abilities (``ability: Damp``, ``Dazzling``, ``Queenly Majesty``, ``Armor Tail``) name their holder first and the
+  mover in ``[of]``, after the mover's own move line;
 - a ``|switch|`` after the side's active fainted, or mid-turn after it already acted (U-turn, Eject Button,
   Emergency Exit), is a forced-switch decision whose action is that switch; ``|drag|`` is not a decision.
 The legal mask is derived from the state (``legal_mask_exact`` false).
@@ -28,6 +36,15 @@ from shards_schema.pokemon import NUM_MOVES, NUM_SWITCHES
 _TERA_OFFSET = NUM_MOVES + NUM_SWITCHES
 _NOT_OWN_CALLERS = ("metronome", "copycat", "assist", "mefirst", "mirrormove", "naturepower", "sketch")
 _FORCED_ONLY = ("struggle", "recharge")
+_SLEEP_USABLE = ("sleeptalk", "snore")  # the moves with ``sleepUsable: true`` in pokemon-showdown 0.11.11's dex
+
+
+def cant_actor_and_move(parts: list[str]) -> tuple[str, str | None]:
+    """(ident of the Pokémon that could not act, id of the move it tried or None) of a ``|cant|`` line. The
+    blocking abilities name their holder first and the mover in ``[of]``."""
+    of = next((p[4:].strip() for p in parts[4:] if p.startswith("[of]")), None)
+    move = parts[4] if len(parts) > 4 and parts[4] and not parts[4].startswith("[") else None
+    return of or parts[2], to_id(move) if move else None
 
 
 @dataclass
@@ -67,6 +84,13 @@ def hindsight(lines: list[str]) -> tuple[dict[str, dict[str, Known]], dict[str, 
                 if k is None or (side, nick) in transformed or move in _FORCED_ONLY or caller in _NOT_OWN_CALLERS:
                     continue
                 if move not in k.moves:
+                    k.moves.append(move)
+            elif kind == "cant":
+                actor, move = cant_actor_and_move(parts)
+                side, nick = _ident(actor)
+                k = known[side].get(nick)
+                own = actor == parts[2]  # not a blocking ability's holder
+                if own and move and k is not None and (side, nick) not in transformed and move not in k.moves:
                     k.moves.append(move)
             elif kind == "-transform":
                 transformed.add(_ident(parts[2]))
@@ -112,6 +136,7 @@ class SpectatorParser:
         self.steps: dict[str, list[tuple[dict, int, list[bool]]]] = {"p1": [], "p2": []}
         self.turns: dict[str, list[int]] = {"p1": [], "p2": []}
         self.pending: dict[str, int | None] = {"p1": None, "p2": None}  # step index awaiting its turn action
+        self.asleep = {"p1": False, "p2": False}  # |cant|...|slp seen: only Sleep Talk or Snore can still show it
         self.tera_next = {"p1": False, "p2": False}
         self.used_tera = {"p1": False, "p2": False}
         self.moved_this_turn = False
@@ -220,13 +245,16 @@ class SpectatorParser:
             elif kind == "move" and len(parts) > 3:
                 side_id = parts[2][:2]
                 called = any(p.startswith("[from]") and "lockedmove" not in p for p in parts[5:])
-                if self.pending.get(side_id) is not None and not called:
-                    self._set_action(side_id, self.pending[side_id], self._move_action(side_id, to_id(parts[3])))
-                    self.pending[side_id] = None
-                if to_id(parts[3]) != "pursuit":
+                move_id = to_id(parts[3])
+                if self.pending.get(side_id) is not None and not called and (
+                        not self.asleep[side_id] or move_id in _SLEEP_USABLE):
+                    self._set_action(side_id, self.pending[side_id], self._move_action(side_id, move_id))
+                self.pending[side_id] = None if not called else self.pending[side_id]
+                self.asleep[side_id] = False
+                if move_id != "pursuit":
                     self.moved_this_turn = True
             elif kind == "cant" and len(parts) > 2:
-                self.pending[parts[2][:2]] = None  # chose something we cannot see: stays -1
+                self._on_cant(parts)
             elif kind == "-terastallize" and len(parts) > 2:
                 self.tera_next[parts[2][:2]] = True
                 self.used_tera[parts[2][:2]] = True
@@ -237,8 +265,22 @@ class SpectatorParser:
         if not tracker.ended:
             raise TruncatedBattleError("the log ends before the battle does (no |win| or |tie|)")
 
+    def _on_cant(self, parts: list[str]) -> None:
+        actor, move = cant_actor_and_move(parts)
+        side_id = actor[:2]
+        index = self.pending.get(side_id)
+        if index is None:
+            return  # already acted (the blocking abilities come after the mover's move line)
+        if len(parts) > 3 and parts[3] == "slp" and move is None:
+            self.asleep[side_id] = True  # Sleep Talk or Snore may follow and show the choice
+            return
+        self.pending[side_id] = None
+        if move is not None and actor == parts[2]:
+            self._set_action(side_id, index, self._move_action(side_id, move))
+
     def _close_turn(self) -> None:
         self.pending = {"p1": None, "p2": None}
+        self.asleep = {"p1": False, "p2": False}
         self.tera_next = {"p1": False, "p2": False}  # a tera followed by |cant| never reached a move
 
     def _on_switch(self, parts: list[str]) -> None:
@@ -247,7 +289,8 @@ class SpectatorParser:
         active_fainted = side.active is not None and side.active.status == "fnt"
         marked = any(p.startswith("[from]") for p in parts[5:])
         index = self.pending[side_id]
-        if index is not None and not active_fainted and not marked and not self.moved_this_turn:
+        asleep, self.asleep[side_id] = self.asleep[side_id], False  # a sleeping Pokémon's turn was spent
+        if index is not None and not active_fainted and not marked and not self.moved_this_turn and not asleep:
             bench = self._benches[side_id][index]
             self._set_action(side_id, index, 4 + bench.index(nick) if nick in bench else -1)
             self.pending[side_id] = None
