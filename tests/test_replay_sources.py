@@ -115,3 +115,42 @@ def test_hub_download_resolves_and_pins_the_revision(monkeypatch, tmp_path):
                                                                                           kw["revision"])))
     assert replays.download("hf-raw", tmp_path, None, ["gen9ou"]) == "c0ffee"
     assert fetched == [("data/gen9ou-0.parquet", "c0ffee"), ("data/gen9ou-1.parquet", "c0ffee")]
+
+
+@pytest.mark.parametrize("source,field", [("showdown-json", "log"), ("hf-raw", "log"), ("pokechamp", "text")])
+@pytest.mark.parametrize("value", [None, "", 7])
+def test_null_log_is_an_invalid_record_not_a_cut_battle(source, field, value):
+    from pipelines.errors import InvalidRecordError
+    from pipelines.pokemon.dex import known_formats, load_dex
+    from pipelines.sources import replays
+
+    record = _replays()[GEN1]
+    if source == "pokechamp":
+        record = {"battle_id": record["id"], "gamemode": "gen1ou", "elo": 1500, "month_year": "2023-12",
+                  "text": record["log"]}
+    record[field] = value
+    with pytest.raises(InvalidRecordError, match=f"`{field}`"):
+        replays.parse(source, json.dumps(record).encode(), {1: load_dex(1)}, ReplayFilters(), known_formats())
+
+
+@pytest.mark.parametrize("display,want", [("[Gen 1] OU", "gen1ou"), ("[Gen 9] Random Battle", "gen9randombattle"),
+                                          ("[Gen 9] National Dex UU", "gen9nationaldexuu")])
+def test_missing_formatid_comes_from_the_display_name(display, want):
+    record = {**_replays()[GEN1], "format": display}
+    for missing in ({k: v for k, v in record.items() if k != "formatid"}, {**record, "formatid": None},
+                    {**record, "formatid": ""}):
+        assert normalize("hf-raw", missing).format == want
+    assert normalize("hf-raw", {**record, "formatid": "gen1ou"}).format == "gen1ou"
+
+
+def test_replay_without_formatid_parses_like_with_it():
+    from pipelines.pokemon.dex import known_formats, load_dex
+    from pipelines.sources import replays
+
+    record = _replays()[GEN1]
+    assert record["formatid"] == "gen1ou"
+    dexes, filters = {1: load_dex(1)}, ReplayFilters()
+    want, _ = replays.parse("showdown-json", json.dumps(record).encode(), dexes, filters, known_formats())
+    bare = {k: v for k, v in record.items() if k != "formatid"}
+    got, _ = replays.parse("showdown-json", json.dumps(bare).encode(), dexes, filters, known_formats())
+    assert got == want and got[0]["format"] == "gen1ou"

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pipelines.errors import InvalidJsonError, InvalidRecordError, UnknownFormatError
-from pipelines.pokemon.dex import Dex, gen_of_format
+from pipelines.pokemon.dex import Dex, gen_of_format, to_id
 from pipelines.pokemon.spectator import spectator_trajectories
 from pipelines.sources import list_files
 
@@ -123,18 +123,40 @@ def _month(value) -> str | None:
     raise InvalidRecordError(f"month_year {value!r} is not a month")
 
 
+def _log(record: dict, key: str) -> list[str]:
+    """The protocol lines of a record's log field; a missing, null or non-text log is a bad record, not a cut
+    battle (``str(None)`` would have parsed as the one-line log ``None``)."""
+    log = record.get(key)
+    if not isinstance(log, str) or not log:
+        raise InvalidRecordError(f"record's `{key}` is {type(log).__name__ if log is not None else 'null'}"
+                                 f"{' and empty' if log == '' else ''}, not a battle log")
+    return log.split("\n")
+
+
+def _format_id(record: dict) -> str:
+    """``formatid``, or the id Showdown derives from the display name when it is missing (``toID``: lower case,
+    ``[a-z0-9]`` kept, so "[Gen 9] Random Battle" is ``gen9randombattle``)."""
+    if record.get("formatid"):
+        return str(record["formatid"])
+    name = record.get("format")
+    if not isinstance(name, str) or not to_id(name):
+        raise InvalidRecordError(f"record has neither `formatid` nor a `format` name (format is {name!r})")
+    return to_id(name)
+
+
 def normalize(source: str, record: dict) -> Replay:
     """A raw record of a source → ``Replay``. Raises InvalidRecordError when required fields are missing."""
     try:
         if source in ("showdown-json", "hf-raw"):
             players = record.get("players") or []
-            return Replay(battle_id=str(record["id"]), format=str(record.get("formatid") or record["format"]),
-                          log=str(record["log"]).split("\n"), rating=_rating(record.get("rating")),
-                          date=_day(record.get("uploadtime")),
+            return Replay(battle_id=str(record["id"]), format=_format_id(record), log=_log(record, "log"),
+                          rating=_rating(record.get("rating")), date=_day(record.get("uploadtime")),
                           players={f"p{i + 1}": str(p) for i, p in enumerate(list(players)[:2])})
         if source == "pokechamp":
+            if not record.get("gamemode"):
+                raise InvalidRecordError("pokechamp record has no `gamemode`")
             return Replay(battle_id=str(record["battle_id"]), format=str(record["gamemode"]),
-                          log=str(record["text"]).split("\n"), rating=_rating(record.get("elo")),
+                          log=_log(record, "text"), rating=_rating(record.get("elo")),
                           date=_month(record.get("month_year")), players={})
     except KeyError as err:
         raise InvalidRecordError(f"{source} record lacks {err}") from err
