@@ -117,6 +117,12 @@ class ParseConfig:
             raise ValueError("need shard_size_mb > 0, num_parse_actors >= 1 and 0 < cpus_per_actor <= 1")
         if self.p1 not in ("random", "heuristic") or self.p2 not in ("random", "heuristic"):
             raise ValueError("--p1/--p2 must be random or heuristic")
+        from pipelines.writer import check_name
+
+        if self.dataset:  # the folder under --out
+            check_name(self.dataset, "--dataset")
+        for fmt in self.formats:  # hub archives are fetched as <format>.tar.gz into --input
+            check_name(fmt, "--formats")
 
     @classmethod
     def tiny(cls, *, source: str = "generated", out: str = "out", **overrides) -> ParseConfig:
@@ -325,7 +331,14 @@ def _read_file(item: dict) -> list[dict]:
 
 def _read_row_group(item: dict) -> list[dict]:
     """One Parquet row group of a replay table → one input per battle of the asked formats (its row as JSON).
-    Rows of other formats are not inputs of this job: the table is read for the asked ones."""
+    Rows of other formats are not inputs of this job: the table is read for the asked ones.
+
+    Corrupt data becomes quarantined inputs at the finest grain that can be told apart: a file whose footer
+    could not be read is one input (its name; ``_read_replays`` found it while planning), a row group whose
+    pages cannot be read or decompressed is one (``file.parquet#rg3``), and a row holding bytes that are not
+    UTF-8 (a damaged uncompressed page) is one, named by its battle id when that still decodes
+    (``file.parquet#rg3:row1`` otherwise). Page checksums are verified where the file has them, which catches
+    damage that still decodes."""
     import json
 
     import pyarrow.parquet as pq
@@ -333,18 +346,61 @@ def _read_row_group(item: dict) -> list[dict]:
     from pipelines.sources.replays import COLUMNS, FORMAT_COLUMN
 
     source, formats = item["source"], set(item["formats"])
-    id_column = "id" if source == "hf-raw" else "battle_id"
+    id_column, format_column = ("id" if source == "hf-raw" else "battle_id"), FORMAT_COLUMN[source]
     name = os.path.basename(item["path"])
+    if item.get("read_error") is not None:
+        return [read_row(name, read_error=item["read_error"])]
+    group = f"{name}#rg{item['row_group']}"
     try:
-        table = pq.ParquetFile(item["path"]).read_row_group(item["row_group"], columns=COLUMNS[source])
+        table = pq.ParquetFile(item["path"], page_checksum_verification=True).read_row_group(
+            item["row_group"], columns=COLUMNS[source])
     except (OSError, pa.ArrowException) as err:
-        return [read_row(f"{name}#rg{item['row_group']}", read_error=f"{type(err).__name__}: {err}")]
+        return [read_row(group, read_error=f"row group {item['row_group']}: {type(err).__name__}: {err}")]
     out = []
-    for row in table.to_pylist():
-        if formats and row.get(FORMAT_COLUMN[source]) not in formats:
+    for i, row, error in _decoded_rows(table):
+        if error is not None:
+            battle, fmt = _cell(table, id_column, i), _cell(table, format_column, i)
+            if formats and fmt is not None and fmt not in formats:
+                continue
+            input_id = f"{name}::{battle}" if battle is not None else f"{group}:row{i}"
+            out.append(read_row(input_id, read_error=f"row {i} of row group {item['row_group']}: {error}"))
+            continue
+        if formats and row.get(format_column) not in formats:
             continue
         out.append(read_row(f"{name}::{row.get(id_column)}", json.dumps(row, default=str, sort_keys=True).encode()))
     return out
+
+
+def _decoded_rows(table: pa.Table):
+    """``(row number, row, None)`` per row, or ``(row number, None, why)`` for a row whose values are invalid:
+    one bad string makes ``to_pylist`` raise ``UnicodeDecodeError`` for the whole table, so a table that fails
+    full validation is converted row by row."""
+    try:
+        table.validate(full=True)
+    except pa.ArrowInvalid:
+        pass
+    else:
+        yield from ((i, row, None) for i, row in enumerate(table.to_pylist()))
+        return
+    for i in range(table.num_rows):
+        one = table.slice(i, 1)
+        bad = []
+        for column in one.column_names:
+            try:
+                one.column(column).validate(full=True)
+            except pa.ArrowInvalid as err:
+                bad.append(f"column {column}: {err}")
+        yield (i, None, "; ".join(bad)) if bad else (i, one.to_pylist()[0], None)
+
+
+def _cell(table: pa.Table, column: str, i: int):
+    """One value of a row that failed validation, or None where that value is itself invalid."""
+    try:
+        value = table.column(column)[i]
+        value.validate(full=True)
+        return value.as_py()
+    except (pa.ArrowException, UnicodeDecodeError):
+        return None
 
 
 def _read_metamon(item: dict) -> list[dict]:
@@ -444,16 +500,29 @@ def _read_replays(cfg: ParseConfig):
         items = [{"path": p, "root": str(root)} for p in paths]
         ds = ray.data.from_items(items, override_num_blocks=max(1, min(len(items), 200)))
         return ds.flat_map(_read_file, num_cpus=cfg.cpus_per_actor), len(items), revision
-    import pyarrow.parquet as pq
-
     paths = replays.list_parquet(root)
     if not paths:
         raise FileNotFoundError(f"no .parquet files under {root}")
-    # One read task per row group, planned from the footers: streamed, bounded by the row-group size, ordered.
-    items = [{"path": p, "row_group": g, "source": cfg.source, "formats": cfg.effective_formats}
-             for p in paths for g in range(pq.ParquetFile(p).num_row_groups)]
+    items = _plan_row_groups(paths, cfg.source, cfg.effective_formats)
     ds = ray.data.from_items(items, override_num_blocks=max(1, min(len(items), 1000)))
     return ds.flat_map(_read_row_group, num_cpus=cfg.cpus_per_actor), len(items), revision
+
+
+def _plan_row_groups(paths: list[str], source: str, formats: list[str]) -> list[dict]:
+    """One read task per row group, planned from the footers: streamed, bounded by the row-group size, ordered.
+    A file whose footer cannot be read (truncated, damaged) is one task that quarantines the file."""
+    import pyarrow.parquet as pq
+
+    items = []
+    for path in paths:
+        task = {"path": path, "source": source, "formats": formats, "read_error": None}
+        try:
+            num_row_groups = pq.ParquetFile(path).num_row_groups
+        except (OSError, pa.ArrowException) as err:
+            items.append({**task, "row_group": None, "read_error": f"Parquet footer: {type(err).__name__}: {err}"})
+            continue
+        items.extend({**task, "row_group": g} for g in range(num_row_groups))
+    return items
 
 
 # ---------------------------------------------------------------------------- driver
@@ -497,6 +566,8 @@ def run(cfg: ParseConfig, *, log=print):
     writer = ShardWriter(out_root=Path(cfg.out).resolve(), dataset=cfg.dataset or cfg.schema_name, schema=schema,
                          index_schema=index_schema, code=code, shard_size_bytes=int(cfg.shard_size_mb * 1024 * 1024),
                          parquet_options=FRAME_PARQUET_OPTIONS if cfg.source == "slp" else None)
+    for path in writer.removed_tmp:
+        log(f"[parse] removed {path}: the temporary folder of a writer that is gone (a killed run)")
     start = last = time.monotonic()
     try:
         for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):

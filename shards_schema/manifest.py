@@ -9,6 +9,13 @@ from pathlib import Path
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
+"""The manifest layout this checkout writes and reads; a reader refuses any other (bump it when a field's
+meaning changes or a field is removed)."""
+REPUBLISH_COMMAND = "python pipelines/parse_replays.py --source <source> --input <raw inputs> --out <dir>"
+
+
+class ManifestError(RuntimeError):
+    """A ``manifest.json`` that this checkout cannot read: corrupt, not a manifest, or another layout."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,17 +108,41 @@ class Manifest:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"
 
     @classmethod
-    def from_json(cls, text: str) -> Manifest:
-        raw = json.loads(text)
-        raw["counts"] = Counts(**raw["counts"])
-        raw["files"] = [FileEntry(**f) for f in raw["files"]]
-        raw["index_file"] = FileEntry(**raw["index_file"])
-        raw["quarantine_file"] = FileEntry(**raw["quarantine_file"])
-        return cls(**raw)
+    def from_json(cls, text: str, *, where: str = MANIFEST_NAME) -> Manifest:
+        """Parse and check a manifest; ``where`` (the file) is named in every error."""
+        rewrite = f"delete the version folder and re-run the job that made it: `{REPUBLISH_COMMAND}`"
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ManifestError(f"{where} is not valid JSON ({err}): the file is corrupt; {rewrite}") from err
+        layout = raw.get("manifest_format") if isinstance(raw, dict) else None
+        if layout != MANIFEST_FORMAT or isinstance(layout, bool):
+            if isinstance(layout, int) and not isinstance(layout, bool) and layout > MANIFEST_FORMAT:
+                from shards_schema.versions import UPGRADE_COMMAND
+
+                fix = f"it was written by a newer replayforge; upgrade to read it: `{UPGRADE_COMMAND}`"
+            else:
+                fix = f"no replayforge writes that: the file is corrupt or not a shard manifest; {rewrite}"
+            raise ManifestError(f"{where} has manifest_format {layout!r}, this code reads {MANIFEST_FORMAT}; {fix}")
+        try:
+            raw["counts"] = Counts(**raw["counts"])
+            raw["files"] = [FileEntry(**f) for f in raw["files"]]
+            raw["index_file"] = FileEntry(**raw["index_file"])
+            raw["quarantine_file"] = FileEntry(**raw["quarantine_file"])
+            return cls(**raw)
+        except (KeyError, TypeError) as err:  # a missing or unknown field (TypeError from the constructors)
+            why = f"{type(err).__name__}: {err}"
+            raise ManifestError(f"{where} is not a complete manifest ({why}); {rewrite}") from err
 
     @classmethod
     def load(cls, version_dir: Path) -> Manifest:
-        return cls.from_json((Path(version_dir) / MANIFEST_NAME).read_text())
+        path = Path(version_dir) / MANIFEST_NAME
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError as err:
+            raise ManifestError(f"{path} is not UTF-8 text: the file is corrupt; delete the version folder and "
+                                f"re-run the job that made it: `{REPUBLISH_COMMAND}`") from err
+        return cls.from_json(text, where=str(path))
 
 
 def major(version: str) -> int:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shards_schema.manifest import MANIFEST_NAME, FileEntry, Manifest
+from shards_schema.manifest import MANIFEST_NAME, FileEntry, Manifest, ManifestError  # noqa: F401 - re-exported
 from shards_schema.versions import check_versions
 
 
@@ -135,6 +135,10 @@ def _verify_file(version_dir: Path, entry: FileEntry, *, check_sha256: bool) -> 
 
 def open_version(path: str | Path, *, check_sha256: bool = True, ignore_versions: tuple[str, ...] = ()) -> ShardVersion:
     """Open and verify a shard version folder (``DIR/<dataset>/<version>``).
+
+    Raises ``ManifestError`` for a manifest.json that is corrupt or of another layout, ``VersionMismatchError``
+    for rows made by code of another major version, ``ShardIntegrityError`` for files that differ from it; each
+    names the file and the command that fixes it.
 
     ``ignore_versions`` is for tools that rewrite the mismatched part (``("observation",)`` for re-featurizing)."""
     version_dir = Path(path)

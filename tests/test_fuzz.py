@@ -115,3 +115,32 @@ def test_unexpected_exceptions_are_recorded_not_fatal(monkeypatch):
     out = actor(pa.table({"input_id": ["x"], "payload": [b"1"], "read_error": [None]})).to_pylist()
     assert out[0]["status"] == "quarantined" and out[0]["reason"] == "parser_bug"
     assert "ZeroDivisionError" in out[0]["message"]
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd", "snappy"])
+def test_fuzzed_parquet_tables_never_crash_the_read_stage(tmp_path, compression):
+    """Mutated replay tables: every planned read task returns inputs (rows or named read errors), never an
+    exception; a file that fails to plan is one input under its own name."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipelines.parse_replays import _plan_row_groups, _read_row_group
+
+    n = 6
+    table = pa.table({"id": [f"b{i}" for i in range(n)], "format": ["[Gen 1] OU"] * n,
+                      "players": [["p", "q"]] * n, "log": [f"|j|p{i}\n|turn|1\n" * 20 for i in range(n)],
+                      "uploadtime": list(range(n)), "formatid": ["gen1ou"] * n, "rating": [1500] * n})
+    clean = tmp_path / "clean.parquet"
+    pq.write_table(table, clean, row_group_size=2, compression=compression)
+    rng = random.Random(3)
+    outcomes = set()
+    for i, mutated in enumerate(_mutations(clean.read_bytes(), rng, 60)):
+        path = tmp_path / f"m{i}.parquet"
+        path.write_bytes(mutated)
+        items = _plan_row_groups([str(path)], "hf-raw", [])
+        rows = [row for item in items for row in _read_row_group(item)]
+        assert all((r["payload"] is None) != (r["read_error"] is None) for r in rows)
+        assert all(r["input_id"].startswith(path.name) for r in rows)
+        outcomes.add("footer" if items and items[0]["row_group"] is None else
+                     "read_error" if any(r["read_error"] for r in rows) else "read")
+    assert {"footer", "read_error"} <= outcomes

@@ -105,3 +105,65 @@ def test_to_table_matches_from_pylist_and_round_trips_parquet(tmp_path):
         to_table([{"prev": {**move, "name": None}, "moves": []}], schema)
     with pytest.raises(ValueError, match="non-nullable"):
         to_table([{"prev": None, "moves": [None]}], schema)
+
+
+def _manifest_dir(tmp_path, text: str):
+    version = tmp_path / "pokemon_turns" / "v1-p1-o1-0000"
+    version.mkdir(parents=True)
+    (version / "manifest.json").write_text(text)
+    return version
+
+
+def _manifest_json(**changes) -> dict:
+    from shards_schema.manifest import Counts, FileEntry
+
+    entry = FileEntry(path="index.parquet", rows=0, bytes=0, sha256="0" * 64)
+    manifest = Manifest(manifest_format=1, dataset="pokemon_turns", version="v1-p1-o1-0000",
+                        schema_name="pokemon_turns", schema_version="1.0.0", parser_version="1.0.0",
+                        observation_version="1.0.0", source="generated", source_revision=None, inputs_sha256="0",
+                        config={}, counts=Counts(inputs=0, written=0, filtered={}, quarantined={}, trajectories=0,
+                                                 rows=0), files=[], index_file=entry, quarantine_file=entry,
+                        git_commit="unknown")
+    return {**json.loads(manifest.to_json()), **changes}
+
+
+@pytest.mark.parametrize("layout,expect", [
+    (2, "newer replayforge.*git pull"),
+    (0, "corrupt or not a shard manifest.*parse_replays.py"),
+    ("1", "corrupt or not a shard manifest"),
+    (True, "corrupt or not a shard manifest"),
+    (None, "manifest_format None"),
+])
+def test_unknown_manifest_format_is_refused(tmp_path, layout, expect):
+    from shards_schema.manifest import ManifestError
+
+    raw = _manifest_json(manifest_format=layout)
+    if layout is None:
+        del raw["manifest_format"]
+    version = _manifest_dir(tmp_path, json.dumps(raw))
+    with pytest.raises(ManifestError, match=expect) as err:
+        open_version(version)
+    assert str(version / "manifest.json") in str(err.value)
+
+
+def test_current_manifest_format_is_read(tmp_path):
+    version = _manifest_dir(tmp_path, json.dumps(_manifest_json()))
+    assert Manifest.load(version).manifest_format == 1
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not_utf8", "missing_field", "not_an_object", "field_type"])
+def test_corrupt_manifest_names_the_file(tmp_path, damage):
+    from shards_schema.manifest import ManifestError
+
+    text = json.dumps(_manifest_json())
+    raw = _manifest_json()
+    del raw["counts"]
+    texts = {"truncated": text[: len(text) // 2], "not_utf8": text.replace("pokemon", "pok\udcffmon"),
+             "missing_field": json.dumps(raw), "not_an_object": "[1, 2]",
+             "field_type": json.dumps(_manifest_json(files=[["part-00000.parquet"]]))}
+    version = tmp_path / "v"
+    version.mkdir()
+    (version / "manifest.json").write_bytes(texts[damage].encode("utf-8", "surrogateescape"))
+    with pytest.raises(ManifestError, match="re-run the job") as err:
+        open_version(version)
+    assert str(version / "manifest.json") in str(err.value)
