@@ -38,14 +38,16 @@ def parser_for(cls: type, description: str | None = None) -> argparse.ArgumentPa
 
 def parse_config(cls: type, argv: list[str] | None = None):
     """Parse argv into ``cls``: fields given on the command line override the defaults (or ``tiny()``)."""
-    args = vars(parser_for(cls).parse_args(argv))
+    parser = parser_for(cls)
+    args = vars(parser.parse_args(argv))
     tiny = args.pop("tiny")
-    if tiny:
-        return cls.tiny(**args)
     missing = [f for f in _required(cls) if f not in args]
-    if missing:
-        parser_for(cls).error("missing required " + ", ".join("--" + m.replace("_", "-") for m in missing))
-    return cls(**args)
+    if missing and not tiny:
+        parser.error("missing required " + ", ".join("--" + m.replace("_", "-") for m in missing))
+    try:
+        return cls.tiny(**args) if tiny else cls(**args)
+    except ValueError as err:  # a cross-field check in __post_init__: usage and the reason, not a traceback
+        parser.error(str(err))
 
 
 def _required(cls: type) -> list[str]:

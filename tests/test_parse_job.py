@@ -112,3 +112,19 @@ def test_config_rejects_bad_values():
         ParseConfig(source="nope", out="x")
     with pytest.raises(ValueError, match="--input"):
         ParseConfig(source="metamon", out="x")
+
+
+def test_cli_refuses_a_dataset_outside_out(tmp_path, capsys):
+    """`--dataset ../x` is a usage error that says why, before anything is written."""
+    from pipelines.cli import parse_config
+
+    out = tmp_path / "out"
+    for flag, value in (("--dataset", "../x"), ("--dataset", "a/b"), ("--formats", "../../etc")):
+        with pytest.raises(SystemExit) as err:
+            parse_config(ParseConfig, ["--source", "metamon", "--input", str(tmp_path), "--out", str(out), flag,
+                                       value])
+        assert err.value.code == 2
+        assert f"{flag} must be a single folder or file name" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    cfg = parse_config(ParseConfig, ["--tiny", "--out", str(out), "--dataset", "mine"])
+    assert (cfg.dataset, cfg.num_battles) == ("mine", 6)
