@@ -33,7 +33,8 @@ class Controller:
         c_x: processed c-stick x in [-1, 1].
         c_y: processed c-stick y in [-1, 1].
         trigger: processed analog trigger in [0, 1].
-        trigger_l: physical L trigger in [0, 1] (null where the file holds a value outside it).
+        trigger_l: physical L trigger in [0, 1] (null where the file holds a value outside it, and in Slippi 0.1-1.x
+            files on frames where digital L is pressed: those files write 0.0 there).
         trigger_r: physical R trigger in [0, 1] (null where the file holds a value outside it: Slippi 0.1-1.0).
     """
 
@@ -109,7 +110,8 @@ class Player:
         controller: the leader's controller inputs.
         leader: the character's state.
         nana: Nana's state (Ice Climbers follower), null otherwise or when Nana is gone.
-        nearest_projectile_dx: x offset to the nearest opponent projectile (null: none, or owner unknown).
+        nearest_projectile_dx: x offset to the nearest opponent projectile, as ``projectiles`` defines one (null:
+            none, or owner unknown).
         nearest_projectile_dy: y offset to it.
         nearest_projectile_type: its item type id.
     """
@@ -125,7 +127,13 @@ class Player:
 
 @dataclass(frozen=True, kw_only=True)
 class Projectile:
-    """One active projectile (a character-made item; stage entities and Pokémon are not projectiles).
+    """One active projectile: a character-made item in flight, released by its owner.
+
+    Not projectiles: regular items, stage entities (Shy Guys) and Pokémon; character items that never leave their
+    owner (the Fox/Falco blaster, Sheik's held needles and smoke, capes, bats, tethers, Game & Watch's props); and
+    throwable ones while still in hand (a turnip in Peach's hand, a charging Samus or Mewtwo shot), told by their item
+    state. The type and state lists, with their source in the game's item tables, are in
+    ``pipelines/melee/slp.py`` (``ATTACHED_TYPES``, ``HELD_STATES``).
 
     Attributes:
         type: item type id.
@@ -185,7 +193,8 @@ class MeleeFrame:
         frame: frame number (starts at -123; 0 is when the timer starts); unique and contiguous per game.
         p0: the lower port's player.
         p1: the higher port's player.
-        num_projectiles: active projectiles this frame (null before 3.0: no item data).
+        num_projectiles: active projectiles this frame, items in hand excluded (see ``Projectile``; null before 3.0:
+            no item data).
         projectiles: the first 4 active projectiles by spawn id in named slots (null before 3.0).
     """
 

@@ -97,8 +97,10 @@ def test_nana_is_carried(name):
     assert pc.struct_field(table.column(f"p{1 - ics}"), "nana").null_count == table.num_rows
 
 
-@pytest.mark.parametrize("name,count", [("peppi__items.slp", 513), ("slippijs__NessVFox-Absorb.slp", 360),
-                                        ("slippijs__PichuVSelf-All-22.slp", 528), ("peppi__v3.16.slp", 22)])
+# Before parser 3.0.0 items in hand counted too: 513 (193 frames of a turnip in Peach's hand), 360 (240 of the Fox
+# blaster), 528 (Pichu's thunder, all in flight), 22 (19 of the blaster).
+@pytest.mark.parametrize("name,count", [("peppi__items.slp", 320), ("slippijs__NessVFox-Absorb.slp", 120),
+                                        ("slippijs__PichuVSelf-All-22.slp", 528), ("peppi__v3.16.slp", 3)])
 def test_projectile_counts(name, count):
     table, _ = _parse_shared(name)
     assert pc.sum(table.column("num_projectiles")).as_py() == count
@@ -113,7 +115,31 @@ def test_fox_lasers_reach_the_opponent_features():
     fox = game["characters_external"].index(2)  # Fox fires; the other player sees the nearest laser
     other = "p1" if fox == 0 else "p0"
     near = pc.struct_field(table.column(other), "nearest_projectile_type").drop_null().to_pylist()
-    assert near and set(near) <= {54, 74}  # FOX_LASER, FOX_BLASTER
+    assert near and set(near) == {FOX_LASER}  # never the blaster in Fox's hand
+
+
+def test_items_in_hand_are_not_projectiles():
+    """A blaster, Sheik's held needle, her smoke, a turnip in hand (all at the owner's position) are not
+    projectiles; the same turnip thrown is. Types and states from the game's item tables (see slp.py)."""
+    from pipelines.melee.slp import ATTACHED_TYPES, HELD_STATES
+
+    held = ((74, 1), (80, 0), (85, 0), (99, 0), (99, 4), (94, 0))  # blaster, needle, smoke, turnip x2, charge shot
+    thrown = ((99, 2), (94, 3))  # a turnip thrown, a charge shot fired
+    assert all(t in ATTACHED_TYPES or s in HELD_STATES.get(t, ()) for t, s in held)
+    game = SyntheticGame(num_frames=300, laser_every=25, held_items=held + thrown)
+    table, _ = parse_slp(write_slp(game), input_id="held", source="slp", filters=ALL)
+    rows = table.to_pylist()
+    for row in rows:
+        live = lasers(row["frame"], game)
+        assert row["num_projectiles"] == len(live) + len(thrown)
+        slots = [row["projectiles"][name] for name in SLOT_NAMES if row["projectiles"][name]]
+        assert {(s["type"], s["state"]) for s in slots} <= {(FOX_LASER, 1), *thrown}
+        assert row["p1"]["nearest_projectile_type"] in {FOX_LASER, 99, 94}
+        x0, y0 = position(0, row["frame"])
+        p1x, p1y = position(1, row["frame"])
+        if not live:  # only the thrown items, at port 0's position, remain
+            assert row["p1"]["nearest_projectile_dx"] == pytest.approx(x0 - p1x, abs=1e-3)
+            assert row["p1"]["nearest_projectile_dy"] == pytest.approx(y0 - p1y, abs=1e-3)
 
 
 def test_synthetic_exact_values_rollback_and_filters():
@@ -141,6 +167,25 @@ def test_synthetic_exact_values_rollback_and_filters():
                      filters=SlpFilters(min_frames=0)) == (None, "cpu_player")
     assert parse_slp(write_slp(SyntheticGame(num_frames=200)), input_id="s", source="slp",
                      filters=SlpFilters(min_frames=1000)) == (None, "too_short")
+
+
+@pytest.mark.parametrize("method,lras,placements,winner", [
+    (7, 0, (0, 1, -1, -1), 1),  # Slippi 3.13+ places the quitter first: the other player won
+    (7, 1, (0, 1, -1, -1), 0),
+    (7, -1, (0, 1, -1, -1), None),  # a no contest nobody quit (e.g. the game was reset): no winner
+    (2, -1, (1, 0, -1, -1), 1),  # a finished game: its placements
+])
+def test_winner_of_no_contest_is_the_player_who_did_not_quit(method, lras, placements, winner):
+    game = SyntheticGame(num_frames=200, end_method=method, lras_initiator=lras, placements=placements)
+    _, info = parse_slp(write_slp(game), input_id="end", source="slp", filters=ALL)
+    assert (info["end_method"], info["winner_port"]) == (method, winner)
+
+
+@pytest.mark.parametrize("name,winner", [("slippijs__unranked_game1.slp", 1),  # P1 quit; placements say P1
+                                         ("slippijs__ranked_game1_tiebreak.slp", 0),  # P2 quit
+                                         ("peppi__v3.13.slp", 2)])  # a finished game: P3 placed first
+def test_winner_golden(name, winner):
+    assert _parse_shared(name)[1]["winner_port"] == winner
 
 
 def test_truncated_and_garbage_files_are_typed_errors():
@@ -232,3 +277,18 @@ def test_garbage_physical_triggers_are_null_not_values():
         assert trigger_r.null_count == table.num_rows
         trigger_l = pc.struct_field(table.column(player), ["controller", "trigger_l"]).drop_null().to_numpy()
         assert len(trigger_l) and trigger_l.min() >= 0 and trigger_l.max() <= 1
+
+
+@pytest.mark.parametrize("name,l_frames", [("peppi__v0.1.slp", 1743), ("peppi__v2.0.slp", 2253)])
+def test_physical_l_of_early_files_is_null_while_l_is_pressed(name, l_frames):
+    """Slippi 0.1-1.x write 0.0 as the physical L trigger on every frame digital L is pressed; 2.0 on holds it."""
+    table, game = _parse_shared(name)
+    early = game["slippi_version"] < "2"
+    pressed_total = 0
+    for player in ("p0", "p1"):
+        controller = pc.struct_field(table.column(player), "controller")
+        pressed = (pc.struct_field(controller, "buttons").to_numpy() & 0x40) != 0
+        null = pc.is_null(pc.struct_field(controller, "trigger_l")).to_numpy(zero_copy_only=False)
+        pressed_total += int(pressed.sum())
+        assert np.array_equal(null, pressed) if early else not null.any()
+    assert pressed_total == l_frames

@@ -187,3 +187,32 @@ def test_unopenable_archive_is_one_input(tmp_path):
         (tmp_path / name).write_bytes(b"not an archive at all" * 10)
         rows = _rows(tmp_path / name, tmp_path)
         assert list(rows) == [f"{name}::{REST}"] and rows[f"{name}::{REST}"][1]
+
+
+@pytest.mark.parametrize("kind", ["zip", "tar", "tar.gz", "7z"])
+def test_fuzzed_archives_never_stop_the_reader(tmp_path, kind):
+    """Random byte damage: the reader yields rows (read, filtered or with a read error), never raises, and names
+    each input once."""
+    import random
+
+    clean = tmp_path / f"clean.{kind}"
+    members = {"a.slp": GAMES[0], "notes.txt": b"gg", "b.slp": GAMES[1]}
+    if kind == "zip":
+        _zip(clean, members, zipfile.ZIP_DEFLATED)
+    elif kind == "7z":
+        _7z(clean, members)
+    else:
+        _tar(clean, members, "w" if kind == "tar" else "w:gz")
+    rng = random.Random(kind)
+    raw = clean.read_bytes()
+    for trial in range(40):
+        damaged = bytearray(raw)
+        for _ in range(rng.randint(1, 8)):
+            damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+        if trial % 4 == 0:
+            damaged = damaged[: rng.randrange(len(damaged))]
+        path = tmp_path / f"fuzz{trial}.{kind}"
+        path.write_bytes(bytes(damaged))
+        rows = _rows(path, tmp_path)
+        assert rows and all((data is None) != (error is None and reason is None)
+                            for data, error, reason in rows.values())

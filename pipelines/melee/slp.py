@@ -22,6 +22,54 @@ from shards_schema.melee import FRAMES_SCHEMA, PROJECTILE_SLOTS, PROJECTILE_TYPE
 # Character-made items (Mario's fireball .. Mario/Luigi coin in peppi's item enum). Not projectiles: regular items
 # (0-42), stage enemies (43-47), Pokémon and their attacks (160-206), stage entities such as Shy Guys (208+).
 PROJECTILE_TYPES = (48, 159)
+# A projectile is a character item in flight, released by its owner. The game's own item tables
+# (doldecomp/melee: src/melee/it/forward.h names each kind, it_3F2F.c gives each its callbacks) tell two other
+# kinds of character item apart; bracketed names are the game's where peppi's enum differs:
+# 1. Items that never leave their owner: props held in hand, tethers, and effects drawn on the body. In real games
+#    the blaster was a quarter to half of all item entries, at distance 0 from the hand holding it.
+ATTACHED_TYPES = {
+    51: "KIRBY_HAMMER",
+    56: "FOX_SHADOW", 57: "FALCO_SHADOW",  # the after-image of Illusion / Phantasm
+    62: "LINK_HOOKSHOT", 63: "YOUNG_LINK_HOOKSHOT", 96: "SAMUS_GRAPPLE_BEAM", 97: "SHEIK_CHAIN",
+    113: "ICE_CLIMBERS_UP_B [belay string]",
+    74: "FOX_BLASTER", 75: "FALCO_BLASTER", 138: "KIRBY_COPY_FOX_BLASTER", 139: "KIRBY_COPY_FALCO_BLASTER",
+    76: "LINK_ARROW_2 [Link_Bow]", 77: "YOUNG_LINK_ARROW [CLink_Bow]", 142: "KIRBY_COPY_LINK_ARROW_2 [Kirby_LinkBow]",
+    143: "KIRBY_COPY_YOUNG_LINK_ARROW_2 [Kirby_CLinkBow]",
+    80: "SHEIK_NEEDLE_2 [Seak_NeedleHeld]", 153: "KIRBY_COPY_SHEIK_NEEDLE_2 [Kirby_SeakNeedleHeld]",
+    83: "MARIO_CAPE", 84: "DR_MARIO_CAPE", 85: "SHEIK_SMOKE [Seak_Vanish]",
+    87: "YOSHI_TONGUE_1 [Yoshi_EggLay: the egg around a swallowed opponent]",
+    157: "YOSHI_TONGUE_2 [Kirby_YoshiEggLay]",
+    101: "NESS_BAT", 102: "NESS_YOYO", 103: "PEACH_PARASOL", 104: "PEACH_TOAD", 134: "KIRBY_COPY_PEACH_TOAD",
+    # Mr. Game & Watch's attacks are props in his hands; only Chef's sausages (122) leave him.
+    114: "GAME_AND_WATCH_PESTICIDE", 115: "GAME_AND_WATCH_MANHOLE", 116: "GAME_AND_WATCH_FIRE",
+    117: "GAME_AND_WATCH_PARACHUTE", 118: "GAME_AND_WATCH_TURTLE", 119: "GAME_AND_WATCH_SPERKY",
+    120: "GAME_AND_WATCH_JUDGE", 121: "[GameWatch_Panic]", 124: "GAME_AND_WATCH_FIREFIGHTER",
+    156: "[Kirby_GameWatchChefPan]", 123: "GAME_AND_WATCH_MILK [CLink_Milk: Young Link's taunt]",
+}
+# 2. Items held in hand until thrown, fired or released: while held they are in the state their picked-up
+#    callback sets (the turnip in Peach's hand, a bomb in Link's, a charging shot in Samus's cannon).
+HELD_STATES = {
+    49: (6,),  # DR_MARIO_PILL
+    58: (0,), 59: (0,),  # LINK_BOMB, YOUNG_LINK_BOMB
+    64: (0,), 65: (0,), 140: (0,), 141: (0,),  # arrows, nocked while the bow charges
+    86: (0,),  # YOSHI_EGG_2 [Yoshi_EggThrow]
+    94: (0,), 151: (0,),  # SAMUS_CHARGE_SHOT and Kirby's copy, charging
+    99: (0, 4),  # PEACH_TURNIP: pulled, and caught again
+    112: (0,), 144: (0,),  # MEWTWO_SHADOW_BALL and Kirby's copy, charging
+}
+
+
+def _projectile_table() -> np.ndarray:
+    """``table[type, state]``: whether an item of that type in that state is a projectile."""
+    table = np.zeros((PROJECTILE_TYPES[1] + 1, 256), bool)
+    table[PROJECTILE_TYPES[0]:] = True
+    table[list(ATTACHED_TYPES)] = False
+    for item_type, states in HELD_STATES.items():
+        table[item_type, list(states)] = False
+    return table
+
+
+IS_PROJECTILE = _projectile_table()
 END_METHODS = {"Unresolved": 0, "Time": 1, "Game": 2, "Resolved": 3, "NoContest": 7}
 PORTS = ("P1", "P2", "P3", "P4")
 
@@ -172,7 +220,10 @@ def _repeated_string(value: str, n: int) -> pa.Array:
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(encoded * n))
 
 
-def _controller(pre: pa.StructArray, n: int) -> pa.StructArray:
+BUTTON_L = 0x40
+
+
+def _controller(pre: pa.StructArray, n: int, version: tuple) -> pa.StructArray:
     t = FRAMES_SCHEMA.field("p0").type.field("controller").type
     cols = {
         "buttons": _field(pre, "buttons_physical"), "main_x": _field(pre, "joystick", "x"),
@@ -182,6 +233,8 @@ def _controller(pre: pa.StructArray, n: int) -> pa.StructArray:
     }
     for name in ("trigger_l", "trigger_r"):
         cols[name] = _unit_interval_or_null(_col(cols[name], n, pa.float32()))
+    if version < (2, 0):
+        cols["trigger_l"] = _null_where_l_pressed(cols["trigger_l"], _col(cols["buttons"], n, pa.uint16()))
     return pa.StructArray.from_arrays([_col(cols[f.name], n, f.type) for f in t], fields=list(t))
 
 
@@ -194,6 +247,20 @@ def _unit_interval_or_null(array: pa.Array) -> pa.Array:
     if not bad.any():
         return array
     return pa.array(values, pa.float32(), mask=bad | ~pc.is_valid(array).to_numpy(zero_copy_only=False))
+
+
+def _null_where_l_pressed(trigger_l: pa.Array, buttons: pa.Array) -> pa.Array:
+    """Slippi 0.1-1.x files write the physical L trigger as 0.0 on every frame where the digital L button is pressed,
+    though a digital press needs the trigger pushed fully down (peppi__v0.1.slp: 1,743 frames with L pressed, all
+    0.0, while the processed trigger reads 1.0): such a 0.0 is not a reading and becomes null. Later files hold the
+    real value there (2.0.1: 1.0 on all 2,253 L frames of peppi__v2.0.slp), and a 0.0 with L pressed in 3.x is a
+    digital-only input (a keyboard or a digital-trigger controller), so only these versions are touched."""
+    values = trigger_l.to_numpy(zero_copy_only=False)
+    pressed = (buttons.to_numpy(zero_copy_only=False) & BUTTON_L) != 0
+    bad = pressed & (values == 0.0)
+    if not bad.any():
+        return trigger_l
+    return pa.array(values, pa.float32(), mask=bad | ~pc.is_valid(trigger_l).to_numpy(zero_copy_only=False))
 
 
 @dataclass
@@ -215,7 +282,9 @@ def _projectiles(items: pa.ListArray, version: tuple) -> _Projectiles:
     parents = pc.list_parent_indices(items).to_numpy()
     flat = pc.list_flatten(items)
     types = flat.field("type").to_numpy()
-    keep = (types >= PROJECTILE_TYPES[0]) & (types <= PROJECTILE_TYPES[1])
+    states = flat.field("state").to_numpy()
+    in_range = types <= PROJECTILE_TYPES[1]
+    keep = in_range & IS_PROJECTILE[np.where(in_range, types, 0), states]
     spawn = flat.field("id").to_numpy()
     order = np.lexsort((spawn[keep], parents[keep]))  # by frame, then spawn id
 
@@ -225,7 +294,7 @@ def _projectiles(items: pa.ListArray, version: tuple) -> _Projectiles:
     owner = col(flat.field("owner").to_numpy()) if version >= (3, 6) and flat.type.get_field_index("owner") >= 0 \
         else None
     return _Projectiles(
-        frame=parents[keep][order].astype(np.int64), type=col(types), state=col(flat.field("state").to_numpy()),
+        frame=parents[keep][order].astype(np.int64), type=col(types), state=col(states),
         x=col(flat.field("position").field("x").to_numpy()), y=col(flat.field("position").field("y").to_numpy()),
         vx=col(flat.field("velocity").field("x").to_numpy()), vy=col(flat.field("velocity").field("y").to_numpy()),
         owner=owner, spawn_id=col(spawn),
@@ -338,7 +407,7 @@ def parse_slp(data: bytes, *, input_id: str, source: str, filters: SlpFilters, s
         t = FRAMES_SCHEMA.field("p0").type
         values = {
             "port": pa.array(np.full(n, PORTS.index(name), np.uint8)),
-            "controller": _controller(leader.field("pre"), n),
+            "controller": _controller(leader.field("pre"), n, version),
             "leader": _character(leader.field("post"), n, version, None),
             "nana": nana if nana is not None else _null_structs(n, t.field("nana").type),
             "nearest_projectile_dx": near[0], "nearest_projectile_dy": near[1], "nearest_projectile_type": near[2],
@@ -372,6 +441,18 @@ def parse_slp(data: bytes, *, input_id: str, source: str, filters: SlpFilters, s
 
 
 def _winner(end: dict | None, port_names: list[str], stocks: list[np.ndarray]) -> int | None:
+    """The winning port, or None when the replay does not tell.
+
+    A game that ended without a result (no contest, or unresolved) has a winner only when a player quit with
+    L+R+A+Start: the other one (slippi-js ``getWinners`` rules the same). Its placements do not tell: Slippi 3.13+
+    writes the quitter first (slippijs__unranked_game1.slp: P1 quits, placement 0 is P1), and its stocks are those
+    of an unfinished game."""
+    method = (end or {}).get("method")
+    if method in ("NoContest", "Unresolved"):
+        quitter = end.get("lras_initiator")
+        if quitter in port_names:
+            return PORTS.index(port_names[1 - port_names.index(quitter)])
+        return None
     placements = (end or {}).get("players")
     if placements:
         for entry in placements:

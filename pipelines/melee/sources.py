@@ -68,7 +68,9 @@ def _unread(rel: str, name: str) -> Member | None:
 def _iter_zip(path: str, rel: str) -> Iterator[Member]:
     try:
         archive = zipfile.ZipFile(path)
-    except (OSError, EOFError, zipfile.BadZipFile) as err:  # no central directory: no member can be listed
+    # No readable central directory (or one naming a zip version, or a file name, Python cannot read): no member
+    # can be listed.
+    except (OSError, EOFError, zipfile.BadZipFile, NotImplementedError, ValueError) as err:
         yield Member(f"{rel}::{REST}", read_error=f"the zip cannot be opened: {_describe(err)}")
         return
     with archive:
@@ -82,7 +84,8 @@ def _iter_zip(path: str, rel: str) -> Iterator[Member]:
             # CRC, broken deflate data, an unsupported method or a password) leaves the others readable.
             try:
                 yield Member(f"{rel}::{info.filename}", archive.read(info))
-            except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError) as err:
+            except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError,
+                    ValueError) as err:
                 yield Member(f"{rel}::{info.filename}", read_error=_describe(err))
 
 

@@ -32,7 +32,12 @@ class SyntheticGame:
         cpu: player types are human unless the port is listed here.
         laser_every: port 0 fires a Fox laser every this many frames (0: never).
         shyguys: a stage Shy Guy (not a projectile) is present on every frame.
+        held_items: (item type, state) of items port 0 owns at its own position on every frame (a blaster or a
+            turnip in hand, a thrown turnip), spawn ids 20000 on.
         rollback_frames: frame ids written twice (the first copy with wrong positions, as rollback re-sends).
+        end_method: Game End method (2 GAME, 1 TIME, 7 NO_CONTEST; others are not valid).
+        lras_initiator: the port that quit with L+R+A+Start (-1: none).
+        placements: Game End placements of ports 0-3 (-1: none).
         truncate_bytes: cut this many bytes off the end (a file still being written, or damaged).
         seed: randomness of the inputs.
     """
@@ -44,7 +49,11 @@ class SyntheticGame:
     cpu: tuple[int, ...] = ()
     laser_every: int = 30
     shyguys: bool = False
+    held_items: tuple[tuple[int, int], ...] = ()
     rollback_frames: tuple[int, ...] = ()
+    end_method: int = 2
+    lras_initiator: int = -1
+    placements: tuple[int, int, int, int] = (0, 1, -1, -1)
     truncate_bytes: int = 0
     seed: int = 0
     extra: dict = field(default_factory=dict)
@@ -127,10 +136,10 @@ def _post(frame: int, port: int, g: SyntheticGame, wrong: bool) -> bytes:
     return _event(0x38, body)
 
 
-def _item(frame: int, item_type: int, spawn_id: int, x: float, y: float, owner: int) -> bytes:
+def _item(frame: int, item_type: int, spawn_id: int, x: float, y: float, owner: int, state: int = 1) -> bytes:
     # frame, type, state, facing, vx, vy, x, y, damage, timer, spawn id, misc[4], owner (3.6), instance (3.16)
-    return _event(0x3B, struct.pack(">iHBfffffHfI4sbH", frame, item_type, 1, 1.0, 2.5, 0.0, x, y, 0, 60.0, spawn_id,
-                                    bytes(4), owner, 0))
+    return _event(0x3B, struct.pack(">iHBfffffHfI4sbH", frame, item_type, state, 1.0, 2.5, 0.0, x, y, 0, 60.0,
+                                    spawn_id, bytes(4), owner, 0))
 
 
 def lasers(frame: int, g: SyntheticGame) -> list[tuple[int, float, float]]:
@@ -163,10 +172,12 @@ def write_slp(g: SyntheticGame) -> bytes:
                 raw += _item(frame, FOX_LASER, spawn, x, y, owner=0)
             if g.shyguys:
                 raw += _item(frame, SHYGUY, 10_000, 0.0, -20.0, owner=-1)
+            for k, (item_type, state) in enumerate(g.held_items):
+                raw += _item(frame, item_type, 20_000 + k, *position(0, frame), owner=0, state=state)
             for port in (0, 1):
                 raw += _post(frame, port, g, wrong)
             raw += _event(0x3C, struct.pack(">ii", frame, frame))
-    raw += _event(0x39, struct.pack(">Bbbbbb", 2, -1, 0, 1, -1, -1))
+    raw += _event(0x39, struct.pack(">Bbbbbb", g.end_method, g.lras_initiator, *g.placements))
     out = b"{U\x03raw[$U#l" + struct.pack(">I", len(raw)) + bytes(raw)
     out += b"U\x08metadata{U\x07startAtSU\x142026-01-02T03:04:05ZU\x09lastFramel" + struct.pack(">i", last) + b"}}"
     if g.truncate_bytes:
