@@ -13,8 +13,7 @@ import pyarrow.compute as pc
 import pytest
 from conftest import shared_data
 
-from pipelines.errors import InputError
-from pipelines.melee.slp import SlpError, SlpFilters, parse_slp
+from pipelines.melee.slp import SlpError, SlpFilters, UnsupportedSlpError, parse_slp
 from pipelines.melee.synthetic import FOX_LASER, SHYGUY, SyntheticGame, lasers, position, write_slp
 from shards_schema.melee import SLOT_NAMES
 
@@ -190,10 +189,22 @@ def test_winner_golden(name, winner):
 
 def test_truncated_and_garbage_files_are_typed_errors():
     data = write_slp(SyntheticGame(num_frames=300))
-    with pytest.raises(InputError):
-        parse_slp(data[: len(data) // 2], input_id="cut", source="slp", filters=ALL)
-    with pytest.raises(SlpError):
-        parse_slp(b"not a replay", input_id="junk", source="slp", filters=ALL)
+    for damaged in (data[: len(data) // 2], data[:-1], b"not a replay", data[:15]):
+        with pytest.raises(SlpError) as caught:
+            parse_slp(damaged, input_id="bad", source="slp", filters=ALL)
+        assert caught.value.reason == "unreadable_slp"
+
+
+def test_complete_replay_peppi_rejects_has_its_own_reason():
+    """A well-formed file with content peppi does not know is not damaged bytes: ``unsupported_slp``."""
+    unknown_end = write_slp(SyntheticGame(num_frames=300, end_method=5))  # methods are 0-3 and 7
+    game_start = write_slp(SyntheticGame(num_frames=300))
+    at = game_start.find(bytes([0x36, 3, 18, 0]))  # Game Start of 3.18.0; +0x2BD is the language (0 JP, 1 EN)
+    unknown_language = game_start[:at + 0x2BD] + bytes([7]) + game_start[at + 0x2BE:]
+    for data in (unknown_end, unknown_language):
+        with pytest.raises(UnsupportedSlpError) as caught:
+            parse_slp(data, input_id="odd", source="slp", filters=ALL)
+        assert caught.value.reason == "unsupported_slp" and "invalid" in str(caught.value)
 
 
 def test_slp_job_on_archives(ray_local, tmp_path):

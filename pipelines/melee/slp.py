@@ -80,6 +80,13 @@ class SlpError(InputError):
     stage, reason = "parse", "unreadable_slp"
 
 
+class UnsupportedSlpError(SlpError):
+    """A complete, well-formed Slippi file whose content peppi rejects (an unknown Game End method, a value of a
+    mode or setting it does not know): a replay this parser cannot read, not damaged bytes."""
+
+    stage, reason = "parse", "unsupported_slp"
+
+
 class NonContiguousFramesError(InputError):
     stage, reason = "validate", "non_contiguous_frames"
 
@@ -141,7 +148,34 @@ def _read(data: bytes | None, path: str | None = None):
     except BaseException as err:  # noqa: BLE001 - peppi raises OSError/ValueError/pyo3 panics on bad files
         if isinstance(err, (KeyboardInterrupt, SystemExit)):
             raise
-        raise SlpError(f"peppi cannot read it: {type(err).__name__}: {str(err)[:300]}") from err
+        why = f"{type(err).__name__}: {str(err)[:300]}"
+        if _well_formed(data):
+            raise UnsupportedSlpError(f"a complete Slippi file that peppi rejects: {why}") from err
+        raise SlpError(f"peppi cannot read it: {why}") from err
+
+
+_RAW_HEADER = b"{U\x03raw[$U#l"
+
+
+def _well_formed(data: bytes) -> bool:
+    """Whether ``data`` has the whole outer structure of a Slippi file (``slp_format.md`` §1.11): the UBJSON wrapper,
+    a raw element whose declared length fits the file (0 while a console is still writing it), an Event Payloads
+    table that declares Game Start and Game End and is followed by Game Start, then the metadata and the closing
+    brace. Random bytes and cut files fail it; a file peppi rejects although it passes is a replay peppi does not
+    support, not a damaged one."""
+    head = len(_RAW_HEADER)
+    if len(data) < head + 6 or not data.startswith(_RAW_HEADER):
+        return False
+    raw_len = int.from_bytes(data[head:head + 4], "big")
+    raw, rest = data[head + 4:head + 4 + raw_len], data[head + 4 + raw_len:]
+    if raw_len == 0 or len(raw) < raw_len or raw[0] != 0x35:
+        return False
+    table_size = raw[1]
+    table = raw[2:1 + table_size]
+    codes = {table[i] for i in range(0, len(table) - 2, 3)}
+    if (table_size - 1) % 3 or not {0x36, 0x39} <= codes or raw[1 + table_size:2 + table_size] != b"\x36":
+        return False
+    return rest == b"}" or (rest.startswith(b"U\x08metadata{") and rest.endswith(b"}}"))
 
 
 def _field(struct: pa.StructArray | None, *path: str) -> pa.Array | None:
