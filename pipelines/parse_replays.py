@@ -214,10 +214,10 @@ class ParseInputs:
             table, info = parse_slp(payload, input_id=input_id, source=self.source, filters=self.slp_filters,
                                     sha256=sha256)
             return (None, info, None) if table is None else (table, None, [info])
-        rows, reason = self._parse_pokemon(input_id, payload)
+        rows, reason = self._parse_pokemon(input_id, payload, facts)
         return rows, reason, None
 
-    def _parse_pokemon(self, input_id: str, payload: bytes) -> tuple[list[dict], str | None]:
+    def _parse_pokemon(self, input_id: str, payload: bytes, facts: dict) -> tuple[list[dict], str | None]:
         if self.source == "generated":
             from pipelines.sources import generated
 
@@ -228,7 +228,7 @@ class ParseInputs:
             return replays.parse(self.source, payload, self.dexes, self.filters, self.known_formats)
         from pipelines.sources import metamon
 
-        return metamon.parse(input_id, payload, self.formats, self.known_formats)
+        return metamon.parse(input_id, payload, self.formats, self.known_formats, facts)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         import gc
@@ -377,7 +377,7 @@ def _decoded_rows(table: pa.Table):
     full validation is converted row by row."""
     try:
         table.validate(full=True)
-    except pa.ArrowInvalid:
+    except pa.ArrowException:
         pass
     else:
         yield from ((i, row, None) for i, row in enumerate(table.to_pylist()))
@@ -388,7 +388,7 @@ def _decoded_rows(table: pa.Table):
         for column in one.column_names:
             try:
                 one.column(column).validate(full=True)
-            except pa.ArrowInvalid as err:
+            except pa.ArrowException as err:
                 bad.append(f"column {column}: {err}")
         yield (i, None, "; ".join(bad)) if bad else (i, one.to_pylist()[0], None)
 
@@ -404,12 +404,20 @@ def _cell(table: pa.Table, column: str, i: int):
 
 
 def _read_metamon(item: dict) -> list[dict]:
+    """One archive (all its members) or one loose file. A tie is seen only with both players' files, so it is
+    decided here for an archive's members and by the driver for loose files (``item["facts"]``)."""
     from pipelines.sources import metamon
 
     path = item["path"]
     if metamon.is_archive(path):
-        return [read_row(mid, data, read_error=err) for mid, data, err in metamon.iter_archive(path)]
-    return _read_file(item)
+        members = list(metamon.iter_archive(path))
+        ties = metamon.tie_names([mid for mid, _, err in members if err is None])
+        return [read_row(mid, data, read_error=err, facts={"result": "tie"} if mid in ties else None)
+                for mid, data, err in members]
+    rows = _read_file(item)
+    if item.get("facts"):
+        rows = [read_row(r["input_id"], r["payload"], read_error=r["read_error"], facts=item["facts"]) for r in rows]
+    return rows
 
 
 class GenerateBattles:
@@ -450,7 +458,8 @@ def read_stage(cfg: ParseConfig):
     if cfg.formats:  # skip archives of other formats without opening them; loose files are filtered by content
         paths = [p for p in paths if not metamon.is_archive(p) or any(
             Path(p).name.split(".")[0] == f for f in cfg.formats)]
-    items = [{"path": p, "root": str(root)} for p in paths]
+    ties = metamon.tie_names([p for p in paths if not metamon.is_archive(p)])
+    items = [{"path": p, "root": str(root), **({"facts": {"result": "tie"}} if p in ties else {})} for p in paths]
     ds = ray.data.from_items(items, override_num_blocks=max(1, min(len(items), 200)))
     ds = ds.flat_map(_read_metamon, num_cpus=cfg.cpus_per_actor)
     revision = cfg.revision or metamon.HUB_REVISION
@@ -527,19 +536,15 @@ def _plan_row_groups(paths: list[str], source: str, formats: list[str]) -> list[
 
 # ---------------------------------------------------------------------------- driver
 def init_ray(cfg: ParseConfig) -> None:
-    import ray
+    """The job's cluster under ``ray job submit``, else a local Ray on 127.0.0.1; token auth on for both."""
+    from pipelines.ray_start import start_ray
 
-    if ray.is_initialized():
-        return
-    if os.environ.get("RAY_ADDRESS"):  # under `ray job submit`: join the job's cluster
-        ray.init()
-    else:
-        ray.init(address="local", num_cpus=cfg.num_cpus, include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}})
+    start_ray(num_cpus=cfg.num_cpus, log_to_driver=False)
 
 
 def run(cfg: ParseConfig, *, log=print):
     """Run the job; returns the writer's ``PublishResult``."""
+    init_ray(cfg)  # before the first `import ray`: a local instance then binds 127.0.0.1 only (pipelines/ray_start.py)
     import ray.data
 
     from pipelines.writer import FRAME_PARQUET_OPTIONS, ShardWriter
@@ -547,7 +552,6 @@ def run(cfg: ParseConfig, *, log=print):
     from shards_schema.pokemon import INDEX_SCHEMA, TURNS_SCHEMA
     from shards_schema.versions import MELEE_FRAMES, POKEMON_TURNS
 
-    init_ray(cfg)
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True  # deterministic shard contents and names
     ctx.enable_progress_bars = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 from pathlib import Path
 
@@ -11,7 +12,12 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(REPO_ROOT))
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# Token auth, as for users: Ray reads the mode once per process, at import, so it is set before anything imports ray.
+# A fresh token per session, in the environment so that every Ray this session starts (the local instance below, a
+# `ray start` head, an added node) shares it; nothing is written to ~/.ray.
+os.environ["RAY_AUTH_MODE"] = "token"
+os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
 os.environ.setdefault("WANDB_MODE", "offline")
 
 
@@ -25,10 +31,11 @@ def shared_data(*parts: str) -> Path:
 
 @pytest.fixture(scope="session")
 def ray_local():
+    from pipelines.ray_start import start_ray
+
+    start_ray(num_cpus=2, log_to_driver=False)
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}})
     yield ray
     ray.shutdown()
 

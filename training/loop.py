@@ -149,13 +149,8 @@ class MetricsWriter:
 
 
 def init_local_ray() -> None:
-    """Attach to RAY_ADDRESS when set (a cluster, ``ray job submit``), else start a private local instance."""
-    import ray
+    """Attach to RAY_ADDRESS when set (a cluster, ``ray job submit``), else start a private local instance on
+    127.0.0.1; token auth on for both (pipelines/ray_start.py)."""
+    from pipelines.ray_start import start_ray
 
-    if ray.is_initialized():
-        return
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init()
-    else:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=True,
-                 runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}})
+    start_ray(num_cpus=2, log_to_driver=True)

@@ -195,16 +195,17 @@ def train_loop_per_worker(config: dict) -> None:
 
 
 def run(cfg: TrainConfig):
+    from training.loop import init_local_ray, latest_checkpoint
+
+    init_local_ray()  # before the first `import ray`: a local instance then binds 127.0.0.1 only
     import ray
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from training.loop import init_local_ray, latest_checkpoint
     from training.windows import windows_dataset
 
     # workers run in Ray's session folder: a relative --out would put metrics.csv and wandb there, not in the run
     cfg = dataclasses.replace(cfg, out=str(Path(cfg.out).resolve()), shards=str(Path(cfg.shards).resolve()))
-    init_local_ray()
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
     # every step's batch in one stream (epochs back to back)

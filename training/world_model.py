@@ -232,15 +232,16 @@ def train_loop_per_worker(config: dict) -> None:
 
 
 def run(cfg: WorldModelTrainConfig):
+    from training.loop import init_local_ray, latest_checkpoint
+
+    init_local_ray()  # before the first `import ray`: a local instance then binds 127.0.0.1 only
     import ray
     import ray.train
     from ray.train.torch import TorchTrainer
 
     from shards_schema.reader import open_version
-    from training.loop import init_local_ray, latest_checkpoint
     from training.melee_windows import run_specs, split_games, window_specs, windows_dataset
 
-    init_local_ray()
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     shards = str(Path(cfg.shards).resolve())
     cfg = dataclasses.replace(cfg, shards=shards, out=str(Path(cfg.out).resolve()))  # workers run elsewhere
