@@ -159,7 +159,7 @@ class PokemonTurn:
         trajectory_id: ``<battle_id>:<player_side>``; unique within a shard version.
         battle_id: battle id as the source names it.
         format: format id (``gen9randombattle``).
-        player_side: ``p1`` or ``p2``.
+        player_side: ``p1`` or ``p2``; ``unknown`` for Metamon files, whose names do not say.
         player_name: the player's name in the battle.
         opponent_name: the opponent's name.
         turn_index: index of this decision within the trajectory, from 0, contiguous.
@@ -169,12 +169,17 @@ class PokemonTurn:
         obs_tokens: the 87 word ids in the spec's vocabulary (1 = unknown word, never clamped).
         obs_numeric: the spec's 48 numeric features.
         obs_unknown_words: how many of the 87 words were outside the vocabulary.
-        action: action id chosen (see NUM_ACTIONS); -1 where not visible or not one of the 13 choices.
+        action: action id chosen (see NUM_ACTIONS); -1 where not visible or not one of the 13 choices. From a
+            spectator log, a ``|cant|`` that names the stopped move (Disable, Taunt, ``nopp``...) or a Sleep Talk
+            after ``|cant|...|slp`` shows the choice; paralysis, freeze, flinch, a sleep with no Sleep Talk do not.
         legal_mask: 13 flags, true where the action id was legal.
         legal_mask_exact: true when the mask comes from the simulator's request, false when derived from state.
-        reward: reward after this decision: +1 on the final decision of a won battle, -1 lost, else 0.
+        reward: reward after this decision: +1 on the final decision of a won battle, -1 lost, else 0 (a tie
+            or an unknown result is 0 everywhere).
         done: true on the trajectory's last row.
-        result: ``win``, ``loss``, ``tie`` or ``unknown`` for the whole trajectory.
+        result: ``win``, ``loss``, ``tie`` or ``unknown`` for the whole trajectory. Metamon files write a tie as
+            a loss for both players: it is ``tie`` only when both players' files were read in one job (same
+            archive, or among the loose files); a lone Metamon ``loss`` may be a tie.
         rating: the player's rating when the source records it.
     """
 

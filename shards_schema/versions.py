@@ -32,7 +32,8 @@ class CodeVersions:
 
 POKEMON_TURNS = CodeVersions(
     schema="1.0.0",
-    parser="1.0.1",  # 1.0.1: the "???" type is a word of its own instead of an empty (unknown) word
+    # 2.0.0: choices shown by |cant|/Sleep Talk and Hidden Power recorded; "???" move type a word; Metamon ties, case
+    parser="2.0.0",
     observation="1.0.0",
     reparse_command="python pipelines/parse_replays.py --source <source> --input <raw inputs> --out <dir>",
     refeaturize_command="python pipelines/refeaturize.py --input <this version folder> --out <dir>",

@@ -91,3 +91,64 @@ def test_download_asks_only_for_requested_formats_at_the_pinned_revision(monkeyp
     assert [(c["repo_id"], c["repo_type"], c["filename"], c["revision"]) for c in calls] == [
         (metamon.HUB_REPO, "dataset", "gen1ou.tar.gz", "v1"), (metamon.HUB_REPO, "dataset", "gen9ou.tar.gz", "v1")]
     assert all(c["local_dir"] == str(tmp_path) for c in calls)
+
+
+def _upper_moves(state: dict) -> None:
+    """Spell every move type and category as older Metamon versions did: poke-env enum names."""
+    mons = [state["player_active_pokemon"], state["opponent_active_pokemon"], *state["available_switches"]]
+    moves = [m for mon in mons if mon for m in mon["moves"]] + [state["player_prev_move"], state["opponent_prev_move"]]
+    for m in moves:
+        if m and m["name"] != "nomove":
+            m["move_type"] = "THREE_QUESTION_MARKS" if m["move_type"] == "threequestionmarks" else m[
+                "move_type"].upper()
+            m["category"] = m["category"].upper()
+
+
+def test_upper_case_move_types_and_categories_read_as_lower_case(known_formats):
+    """Older Metamon files write ``GROUND``/``STATUS`` (poke-env enum names): the same rows, no unknown words."""
+    import json
+
+    payload = shared_data("pokemon", "metamon_parsed", GEN9_LOSS).read_bytes()
+    data = json.loads(lz4.frame.decompress(payload))
+    for state in data["states"]:
+        _upper_moves(state)
+    text = json.dumps(data)
+    assert '"move_type": "POISON"' in text and '"category": "STATUS"' in text
+    upper = lz4.frame.compress(text.encode())
+    want, _ = metamon.parse(GEN9_LOSS, payload, None, known_formats)
+    got, _ = metamon.parse(GEN9_LOSS, upper, None, known_formats)
+    assert sum(r["obs_unknown_words"] for r in got) == sum(r["obs_unknown_words"] for r in want) == 0
+    assert [r["obs_text"] for r in got] == [r["obs_text"] for r in want]
+    assert [r["state"] for r in got] == [r["state"] for r in want]
+
+
+def test_typeless_move_type_spellings_are_one_word():
+    for raw in ("THREE_QUESTION_MARKS", "threequestionmarks", "???"):
+        move = metamon._move({"name": "curse", "move_type": raw, "category": "STATUS", "base_power": 0,
+                              "accuracy": 1.0, "priority": 0, "current_pp": 10, "max_pp": 16})
+        assert (move["move_type"], move["category"]) == ("threequestionmarks", "status")
+
+
+def test_tie_names_pairs_both_losses_of_one_battle():
+    name = metamon.file_name
+    tie_a = name("gen1ou-1", None, "ann", "bob", "01-02-2024", won=False)
+    tie_b = name("gen1ou-1", None, "bob", "ann", "01-02-2024", won=False)
+    win = name("gen1ou-2", 1500, "ann", "cy", "01-02-2024", won=True)
+    loss = name("gen1ou-2", 1500, "cy", "ann", "01-02-2024", won=False)
+    alone = name("gen1ou-3", None, "dee", "eve", "01-02-2024", won=False)
+    names = [f"a/{tie_a}", f"x.tar.gz::gen1ou/{tie_b}", win, loss, alone, "notes.json.lz4"]
+    assert metamon.tie_names(names) == {f"a/{tie_a}", f"x.tar.gz::gen1ou/{tie_b}"}
+
+
+def test_tie_fact_makes_a_tie_and_a_loss_stays_a_loss(known_formats):
+    """Metamon writes a tie as LOSS (name and last state) for both players; only the read task, seeing both files,
+    can say tie."""
+    name = "smogtours-gen1ou-733374_Unrated_squirtlnthasheldr_vs_Green on fire_12-02-2023_LOSS.json.lz4"
+    payload = shared_data("pokemon", "metamon_parsed", name).read_bytes()
+    alone, _ = metamon.parse(name, payload, None, known_formats)
+    assert {r["result"] for r in alone} == {"loss"} and alone[-1]["reward"] == -1.0
+    tie, _ = metamon.parse(name, payload, None, known_formats, {"result": "tie"})
+    assert {r["result"] for r in tie} == {"tie"} and [r["reward"] for r in tie] == [0.0] * len(tie)
+    with pytest.raises(InvalidRecordError, match="won"):
+        metamon.parse(GEN1_WIN, shared_data("pokemon", "metamon_parsed", GEN1_WIN).read_bytes(), None,
+                      known_formats, {"result": "tie"})

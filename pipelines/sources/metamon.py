@@ -4,6 +4,19 @@ Files are named ``{battle_id}_{rating|Unrated}_{player}_vs_{opponent}_{MM-DD-YYY
 hold spaces) and hold ``{"states": [UniversalState...], "actions": [int...]}``. Archives are read member by member,
 never unpacked to disk. The hub dataset is ``jakegrigsby/metamon-parsed-replays``, one ``<format>.tar.gz`` per format,
 downloaded at a pinned revision with huggingface_hub (which resumes partial downloads).
+
+Results. Metamon's parser writes a tie as a loss for both players: ``WIN`` in the name and ``battle_won`` in the last
+state only for the winner's file, ``LOSS`` and ``battle_lost`` otherwise (``POVReplay.winner`` is "this side won",
+false for both sides of a tie; UT-Austin-RPL/metamon c80f1f1, ``replay_parser/backward.py`` and
+``parse_replays.py``). A file alone cannot tell a lost battle from a tie. When both players' files of one battle
+are read (``tie_names``: the same battle id, players swapped, both ``LOSS``), the read task hands the parser the
+fact ``{"result": "tie"}`` and the trajectory's result is ``tie`` (reward 0); a ``LOSS`` file whose opponent's file
+is absent stays ``loss``, which is wrong for the ties among them. Pairs are found within one archive, or among the
+loose files of one ``--input``, not across the two.
+
+Older Metamon versions wrote move types and categories as poke-env enum names (``GROUND``, ``STATUS``,
+``THREE_QUESTION_MARKS``: ``interface.py`` ``reference.type.name``); newer ones lower-case ids. Both are read as
+the ids of the observation vocabulary.
 """
 
 from __future__ import annotations
@@ -25,6 +38,7 @@ from pipelines.errors import (
     InvalidRecordError,
     UnknownFormatError,
 )
+from pipelines.pokemon.dex import TYPELESS, to_id
 from pipelines.pokemon.trajectory import TrajectoryMeta, build_rows, derived_mask
 from pipelines.sources import list_files
 
@@ -68,6 +82,26 @@ def parse_name(name: str) -> FileName:
     return FileName(match["battle"], rating, player, opponent, match["date"], match["result"] == "WIN")
 
 
+def tie_names(names: list[str]) -> set[str]:
+    """The names among ``names`` (paths or ``archive::member`` ids) whose battle is a tie: both players' files are
+    present and both say ``LOSS`` (see the module docstring). Names that do not follow Metamon's naming are left to
+    the parser, which quarantines them."""
+    losses: dict[tuple[str, str, str], list[str]] = {}
+    for name in names:
+        try:
+            parsed = parse_name(name.rsplit("::", 1)[-1])
+        except InvalidRecordError:
+            continue
+        if not parsed.won:
+            losses.setdefault((parsed.battle_id, parsed.player, parsed.opponent), []).append(name)
+    out: set[str] = set()
+    for (battle, player, opponent), mine in losses.items():
+        theirs = losses.get((battle, opponent, player))
+        if theirs and player != opponent:
+            out.update(mine)
+    return out
+
+
 def list_inputs(root: Path) -> list[str]:
     """Loose ``.json.lz4`` files and archives under ``root`` (or ``root`` itself), sorted."""
     return list_files(root, (".json.lz4", *_ARCHIVE_SUFFIXES))
@@ -105,10 +139,16 @@ def _types(raw: str) -> list[str]:
     return [t for t in raw.split() if t != "notype"]
 
 
+def _word(raw: str) -> str:
+    """A Metamon move type or category as a vocabulary id: ``GROUND`` and ``ground`` → ``ground``,
+    ``THREE_QUESTION_MARKS`` → ``threequestionmarks``, ``???`` → ``threequestionmarks``."""
+    return to_id(raw) or TYPELESS
+
+
 def _move(raw: dict | None) -> dict | None:
     if raw is None or raw.get("name") in (None, "nomove"):
         return None
-    return {"name": raw["name"], "move_type": raw["move_type"], "category": raw["category"],
+    return {"name": raw["name"], "move_type": _word(raw["move_type"]), "category": _word(raw["category"]),
             "base_power": int(raw["base_power"]), "accuracy": float(raw["accuracy"]),
             "priority": int(raw["priority"]), "current_pp": int(raw["current_pp"]), "max_pp": int(raw["max_pp"])}
 
@@ -212,9 +252,12 @@ def decode(payload: bytes) -> dict:
     return data
 
 
-def parse(input_id: str, payload: bytes, formats: frozenset[str] | None, known_formats: frozenset[str]) -> tuple[
-        list[dict], str | None]:
-    """Rows of one Metamon file, or (``[]``, filter reason). Raises a typed InputError for bad input."""
+def parse(input_id: str, payload: bytes, formats: frozenset[str] | None, known_formats: frozenset[str],
+          facts: dict | None = None) -> tuple[list[dict], str | None]:
+    """Rows of one Metamon file, or (``[]``, filter reason). Raises a typed InputError for bad input.
+
+    ``facts``: what the read task saw beyond this file; ``{"result": "tie"}`` when the opponent's file of the same
+    battle also says ``LOSS`` (``tie_names``)."""
     name = parse_name(input_id.rsplit("::", 1)[-1])
     data = decode(payload)
     states, actions = data["states"], data["actions"]
@@ -232,12 +275,17 @@ def parse(input_id: str, payload: bytes, formats: frozenset[str] | None, known_f
     if formats is not None and fmt not in formats:
         return [], "format_not_requested"
     final = states[-1]
-    if final.get("battle_won"):
+    tie = (facts or {}).get("result") == "tie"
+    if tie and (name.won or final.get("battle_won")):
+        raise InvalidRecordError("the read task says tie, but this file says its player won")
+    if tie:
+        result = "tie"
+    elif final.get("battle_won"):
         result = "win"
     elif final.get("battle_lost"):
-        result = "loss"
+        result = "loss"  # or a tie whose opponent file was not read (see the module docstring)
     else:
-        result = "win" if name.won else "loss"  # Metamon writes ties as LOSS; its last state says which
+        result = "win" if name.won else "loss"
     steps = []
     for i, (state, action) in enumerate(zip(converted, actions, strict=True)):
         if not isinstance(action, int) or action < -1:
