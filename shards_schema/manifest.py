@@ -116,8 +116,8 @@ class Manifest:
         except json.JSONDecodeError as err:
             raise ManifestError(f"{where} is not valid JSON ({err}): the file is corrupt; {rewrite}") from err
         layout = raw.get("manifest_format") if isinstance(raw, dict) else None
-        if layout != MANIFEST_FORMAT or isinstance(layout, bool):
-            if isinstance(layout, int) and not isinstance(layout, bool) and layout > MANIFEST_FORMAT:
+        if type(layout) is not int or layout != MANIFEST_FORMAT:  # `is`: JSON true is a bool, and True == 1
+            if type(layout) is int and layout > MANIFEST_FORMAT:
                 from shards_schema.versions import UPGRADE_COMMAND
 
                 fix = f"it was written by a newer replayforge; upgrade to read it: `{UPGRADE_COMMAND}`"
