@@ -76,12 +76,11 @@ def load_policy(path: str, device: str = "cpu"):
     """(model, context length) from a training checkpoint's ``state.pt``."""
     import dataclasses
 
-    import torch
-
     from models.pokemon_policy import PokemonPolicy, PolicyConfig
     from pipelines.pokemon.observation import vocabulary
+    from training.loop import load_state
 
-    state = torch.load(path, map_location=device, weights_only=False)
+    state = load_state(path, device)
     cfg = state["config"]
     policy_cfg = PolicyConfig.preset(cfg["preset"], len(vocabulary()))
     policy_cfg = dataclasses.replace(policy_cfg, max_turns=max(policy_cfg.max_turns, cfg["context"]))

@@ -11,13 +11,20 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+class UnsafeCheckpointError(ValueError):
+    """A checkpoint holds objects other than tensors and plain values: reading it could run code from the file."""
+
+
 def rng_state() -> dict:
+    """This process's Python, NumPy and torch RNG states as tensors and plain values (what ``load_state`` reads)."""
     import random
 
     import numpy as np
     import torch
 
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    numpy_state = np.random.get_state(legacy=False)  # {'bit_generator', 'state': {'key': uint32[624], 'pos'}, ...}
+    numpy_state["state"] = {"key": numpy_state["state"]["key"].tolist(), "pos": int(numpy_state["state"]["pos"])}
+    return {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
 
 
 def set_rng_state(state: dict) -> None:
@@ -27,8 +34,33 @@ def set_rng_state(state: dict) -> None:
     import torch
 
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    numpy_state = dict(state["numpy"])
+    numpy_state["state"] = {"key": np.asarray(numpy_state["state"]["key"], dtype=np.uint32),
+                            "pos": numpy_state["state"]["pos"]}
+    np.random.set_state(numpy_state)
     torch.set_rng_state(state["torch"])
+
+
+def load_state(path, device="cpu") -> dict:
+    """A ``state.pt`` read with ``torch.load(weights_only=True)``: tensors, dicts, lists, tuples, numbers and strings
+    only. A pickle may name any callable for the reader to call (``__reduce__``), so a checkpoint handed to
+    ``evaluate.py`` or ``--resume`` could otherwise run code; checkpoints here hold nothing else (configs as
+    ``dataclasses.asdict``, RNG states from ``rng_state``)."""
+    import pickle
+
+    import torch
+
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as err:
+        # torch's message is several paragraphs; its "WeightsUnpickler error: Unsupported global: ..." line names
+        # what the file asked for
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        reason = next((line for line in lines if line.startswith("WeightsUnpickler error")), lines[0] if lines else "")
+        raise UnsafeCheckpointError(
+            f"{path}: refused: it holds objects other than tensors and plain values, and reading them could run "
+            f"code from the file ({reason}). Load only checkpoints written by training/offline_rl.py or "
+            "training/world_model.py.") from err
 
 
 def start_worker(cfg, tag: str):
@@ -61,7 +93,9 @@ def start_worker(cfg, tag: str):
 def resume(config: dict, model, optimizer, rank: int, device) -> int:
     """Load the checkpoint to resume from (``load_checkpoint``) into model, optimizer and this worker's RNGs;
     the step to continue from (0 for a fresh run)."""
-    state = load_checkpoint(config, device)
+    import ray.train
+
+    state = load_checkpoint(config, device, ray.train.get_checkpoint())
     if state is None:
         return 0
     getattr(model, "module", model).load_state_dict(state["model"])
@@ -89,19 +123,16 @@ def report_checkpoint(payload: dict, metrics: dict, rank: int, world: int) -> No
         ray.train.report(metrics, checkpoint=checkpoint)
 
 
-def load_checkpoint(config: dict, device) -> dict | None:
-    """The state to resume from: Ray's own (a restarted run) or ``resume_path`` (``--resume``), else None."""
-    import ray.train
-    import torch
-
-    checkpoint = ray.train.get_checkpoint()
+def load_checkpoint(config: dict, device, checkpoint) -> dict | None:
+    """The state to resume from: ``checkpoint`` (Ray Train's own, when it restarts a run) or ``resume_path``
+    (``--resume``), else None."""
     if checkpoint is not None:
         path = Path(checkpoint.path) / "state.pt"
     elif config.get("resume_path"):
         path = Path(config["resume_path"]) / "state.pt"
     else:
         return None
-    return torch.load(path, map_location=device, weights_only=False)
+    return load_state(path, device)
 
 
 def latest_checkpoint(out: Path) -> Path | None:

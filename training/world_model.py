@@ -276,18 +276,17 @@ def run(cfg: WorldModelTrainConfig):
 
 
 def _checkpoint_step(checkpoint_dir: Path) -> int:
-    import torch
+    from training.loop import load_state
 
-    return int(torch.load(checkpoint_dir / "state.pt", map_location="cpu", weights_only=False)["step"])
+    return int(load_state(checkpoint_dir / "state.pt")["step"])
 
 
 def load_model(checkpoint: str | Path, device: str = "cpu"):
     """A trained WorldModel from a ``state.pt`` (architecture from the checkpoint)."""
-    import torch
-
     from models.world_model import WorldModel, WorldModelConfig
+    from training.loop import load_state
 
-    state = torch.load(checkpoint, map_location=device, weights_only=False)
+    state = load_state(checkpoint, device)
     model = WorldModel(WorldModelConfig(**{**state["model_config"], "use_fused": False}))
     model.load_state_dict(state["model"])
     return model.eval()
