@@ -63,6 +63,8 @@ def test_not_a_replay_is_counted_and_suffixes_ignore_case(tmp_path):
     _zip(tmp_path / "set.ZIP", {"notes.txt": b"gg", "dir/": b"", "dir/GAME.SLP": GAMES[0], "x.Slp": GAMES[1]})
     (tmp_path / "LOUD.SLP").write_bytes(GAMES[2])
     (tmp_path / "readme.md").write_text("hi")
+    (tmp_path / ".cache" / "huggingface" / "download").mkdir(parents=True)  # --download's own bookkeeping
+    (tmp_path / ".cache" / "huggingface" / "download" / "x.slp.metadata").write_text("sha")
     listed = [p.split("/")[-1] for p in list_inputs(tmp_path)]
     assert listed == ["LOUD.SLP", "readme.md", "set.ZIP"]  # every file, sorted
     rows = {}

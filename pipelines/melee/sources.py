@@ -29,10 +29,16 @@ class Member(NamedTuple):
     filter_reason: str | None = None
 
 
+HUB_BOOKKEEPING = Path(".cache") / "huggingface"
+
+
 def list_inputs(root: Path) -> list[str]:
     """Every file under ``root``: replays and archives are read; anything else becomes a row filtered as
-    ``not_a_replay``, so a file the job does not read is counted, not left out without trace."""
-    return list_files(root, None)
+    ``not_a_replay``, so a file the job does not read is counted, not left out without trace. Not inputs: the
+    ``.cache/huggingface`` folder that ``--download`` (``hf_hub_download(local_dir=...)``) keeps its download
+    metadata and locks in."""
+    bookkeeping = str(Path(root) / HUB_BOOKKEEPING) + os.sep
+    return [p for p in list_files(root, None) if not p.startswith(bookkeeping)]
 
 
 def iter_path(path: str, root: str) -> Iterator[Member]:
