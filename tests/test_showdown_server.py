@@ -19,6 +19,7 @@ def test_local_server_plays_poke_env_battles(tmp_path):
 
     port = free_port()
     with showdown_server(port, log_path=tmp_path / "server.log") as url:
+        _assert_listens_on_loopback_only(port)
         server = ServerConfiguration(url, "https://play.pokemonshowdown.com/action.php?")
         a = RandomPlayer(AccountConfiguration("rf random", None), server_configuration=server,
                          battle_format="gen9randombattle", max_concurrent_battles=2)
@@ -29,6 +30,19 @@ def test_local_server_plays_poke_env_battles(tmp_path):
         assert a.n_won_battles + b.n_won_battles + a.n_tied_battles == 2
     with pytest.raises(OSError):  # stopped: nothing listens any more
         socket.create_connection(("127.0.0.1", port), timeout=1)
+
+
+def _assert_listens_on_loopback_only(port: int) -> None:
+    """Every listening socket of the server on ``port`` and of the processes under it is bound to loopback (it runs
+    with --no-security: anyone who reached it could log in as anyone)."""
+    import psutil
+    from test_security_ray import _is_loopback, listening_sockets
+
+    pids = {c.pid for c in psutil.net_connections(kind="inet")
+            if c.laddr.port == port and c.status == psutil.CONN_LISTEN}
+    assert pids, f"nothing listens on {port}"
+    listening = [s for pid in pids for s in listening_sockets(pid)]
+    assert all(_is_loopback(host) for _, host, _ in listening), listening
 
 
 def test_exported_ou_teams_are_packed_and_validated():
