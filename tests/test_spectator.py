@@ -316,3 +316,22 @@ def test_move_called_by_sleep_talk_costs_no_pp_in_either_spelling():
     slowking = [{m["name"]: (m["current_pp"], m["max_pp"]) for m in mon["moves"]}
                 for mon in later if mon and mon["name"] == "slowking"]
     assert slowking and all(moves["futuresight"] == (16, 16) and moves["sleeptalk"] == (15, 16) for moves in slowking)
+
+
+@pytest.mark.parametrize("source", ["[from] ability: Magic Bounce", "[from] ability: Dancer",
+                                    "[from] move: Magic Coat", "[from] move: Snatch"])
+def test_moves_an_ability_or_a_stealing_move_uses_are_not_own_moves(source):
+    """A bounced (Magic Bounce, Magic Coat), copied (Dancer) or stolen (Snatch) move is the foe's: neither the
+    player's own move list nor what the foe learns of its moves; seen in generated gen9 battles as a fifth known
+    move that pushed a real one out of the four slots."""
+    data, lines, _ = _replay("smogtours-gen9ou-733546")
+    at = lines.index("|move|p1a: bozo bozo bozo|Knock Off|p2a: Magatama") + 1
+    odd = lines[:at] + [f"|move|p1a: bozo bozo bozo|Thunder Wave|p2a: Magatama|{source}"] + lines[at:]
+    rows = spectator_trajectories(odd, DEXES[9], format_id="gen9ou", battle_id=data["id"])
+    own = {m["name"] for r in rows if r["player_side"] == "p1" and r["state"]["player_active"]
+           and r["state"]["player_active"]["name"] == "clefable" for m in r["state"]["player_active"]["moves"]}
+    seen = {m["name"] for r in rows if r["player_side"] == "p2" and r["state"]["opponent_active"]
+            and r["state"]["opponent_active"]["name"] == "clefable" for m in r["state"]["opponent_active"]["moves"]}
+    assert "knockoff" in own and "knockoff" in seen
+    assert "thunderwave" not in own | seen
+    assert [r["action"] for r in rows] == [r["action"] for r in _replay("smogtours-gen9ou-733546")[2]]

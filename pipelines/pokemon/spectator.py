@@ -34,7 +34,10 @@ from pipelines.pokemon.trajectory import TrajectoryMeta, build_rows, derived_mas
 from shards_schema.pokemon import NUM_MOVES, NUM_SWITCHES
 
 _TERA_OFFSET = NUM_MOVES + NUM_SWITCHES
-_NOT_OWN_CALLERS = ("metronome", "copycat", "assist", "mefirst", "mirrormove", "naturepower", "sketch")
+# Moves that use a move which is not one of the user's own (a random or copied move, a teammate's, the foe's bounced
+# or stolen one). Sleep Talk and Instruct use the user's own moves.
+_NOT_OWN_CALLERS = ("metronome", "copycat", "assist", "mefirst", "mirrormove", "naturepower", "sketch", "magiccoat",
+                    "snatch")
 _FORCED_ONLY = ("struggle", "recharge")
 _SLEEP_USABLE = ("sleeptalk", "snore")  # the moves with ``sleepUsable: true`` in pokemon-showdown 0.11.11's dex
 
@@ -81,7 +84,10 @@ def hindsight(lines: list[str]) -> tuple[dict[str, dict[str, Known]], dict[str, 
                 move = to_id(parts[3])
                 source = next((p[7:].strip() for p in parts[5:] if p.startswith("[from]")), "")
                 caller = to_id(source[5:]) if source.startswith("move:") else ""
-                if k is None or (side, nick) in transformed or move in _FORCED_ONLY or caller in _NOT_OWN_CALLERS:
+                # an ability's move (Magic Bounce reflecting the foe's, Dancer copying it) is not the user's own
+                by_ability = source.startswith(("ability:", "item:"))
+                if (k is None or (side, nick) in transformed or move in _FORCED_ONLY or caller in _NOT_OWN_CALLERS
+                        or by_ability):
                     continue
                 if move not in k.moves:
                     k.moves.append(move)

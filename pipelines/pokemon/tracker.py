@@ -286,7 +286,8 @@ class BattleTracker:
         source = kw.get("from", "")
         # A move called by another (Sleep Talk, Metronome) or continuing a lock does not cost PP. Gen 1-3 logs
         # name the caller without the ``move:`` prefix (``[from] Sleep Talk`` in pokemon-showdown 0.11.11's gen 2).
-        called = (source.startswith("move:") or source == "lockedmove" or "zeffect" in kw
+        # A move an ability uses (Magic Bounce reflecting the foe's, Dancer) is not one of the user's either.
+        called = (source.startswith(("move:", "ability:")) or source == "lockedmove" or "zeffect" in kw
                   or (source != "" and to_id(source) in self.dex.moves))
         if move_id not in ("struggle", "recharge") and not called:
             mon.moves[move_id] = mon.moves.get(move_id, 0) + 1
