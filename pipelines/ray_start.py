@@ -68,13 +68,13 @@ def _check_auth_mode(joining: bool) -> None:
         return  # a new local instance: token auth is Ray's default, and start_ray sets it
     if mode == "token":
         return
-    where = ("the cluster of RAY_ADDRESS (start every node with RAY_AUTH_MODE=token, README \"Ray Jobs\")"
+    where = ("the cluster of RAY_ADDRESS (start every node with RAY_AUTH_MODE=token, README \"On a cluster\")"
              if joining else "this job's local Ray (unset RAY_AUTH_MODE or set RAY_AUTH_MODE=token)")
     shown = repr(mode) if mode is not None else "unset"
     raise RayAuthError(
-        f"RAY_AUTH_MODE is {shown}: Ray's GCS, raylet and worker servers accept connections from other machines, "
-        f"and without token authentication anyone who reaches them can run code here. Use token authentication "
-        f"for {where}.")
+        f"RAY_AUTH_MODE is {shown}: without token authentication anyone who reaches Ray's GCS, raylet or worker "
+        f"ports (every interface of a cluster node; any user of this machine) can run code here. Use token "
+        f"authentication for {where}.")
 
 
 def _import_ray_single_machine() -> None:
