@@ -405,15 +405,20 @@ def _cell(table: pa.Table, column: str, i: int):
 
 def _read_metamon(item: dict) -> list[dict]:
     """One archive (all its members) or one loose file. A tie is seen only with both players' files, so it is
-    decided here for an archive's members and by the driver for loose files (``item["facts"]``)."""
+    decided here for an archive's members and by the driver for loose files (``item["facts"]``). A file or member
+    that is not a Metamon file is a row filtered ``not_a_replay``."""
     from pipelines.sources import metamon
 
     path = item["path"]
     if metamon.is_archive(path):
         members = list(metamon.iter_archive(path))
-        ties = metamon.tie_names([mid for mid, _, err in members if err is None])
-        return [read_row(mid, data, read_error=err, facts={"result": "tie"} if mid in ties else None)
-                for mid, data, err in members]
+        ties = metamon.tie_names([mid for mid, _, err, skip in members if err is None and skip is None])
+        return [read_row(mid, data, read_error=err, filter_reason=skip,
+                         facts={"result": "tie"} if mid in ties else None) for mid, data, err, skip in members]
+    if not metamon.is_replay(path):
+        root = item["root"]
+        rel = os.path.relpath(path, root) if os.path.isdir(root) else os.path.basename(path)
+        return [read_row(rel, filter_reason=metamon.NOT_A_REPLAY)]
     rows = _read_file(item)
     if item.get("facts"):
         rows = [read_row(r["input_id"], r["payload"], read_error=r["read_error"], facts=item["facts"]) for r in rows]
@@ -457,7 +462,7 @@ def read_stage(cfg: ParseConfig):
     paths = metamon.list_inputs(root)
     if cfg.formats:  # skip archives of other formats without opening them; loose files are filtered by content
         paths = [p for p in paths if not metamon.is_archive(p) or any(
-            Path(p).name.split(".")[0] == f for f in cfg.formats)]
+            Path(p).name.split(".")[0].lower() == f for f in cfg.formats)]
     ties = metamon.tie_names([p for p in paths if not metamon.is_archive(p)])
     items = [{"path": p, "root": str(root), **({"facts": {"result": "tie"}} if p in ties else {})} for p in paths]
     ds = ray.data.from_items(items, override_num_blocks=max(1, min(len(items), 200)))

@@ -69,6 +69,8 @@ def test_archive_members_of_a_tie_are_read_as_a_tie(tmp_path):
 
 
 def test_loose_files_of_a_tie_are_found_by_the_driver(ray_local, tmp_path):
+    """Through the job: the driver pairs loose files in different folders; other files and archive members are
+    counted as filtered ``not_a_replay``; upper-case suffixes are read."""
     root = tmp_path / "in"
     (root / "sub").mkdir(parents=True)
     tie = _metamon_files("|tie")
@@ -76,12 +78,21 @@ def test_loose_files_of_a_tie_are_found_by_the_driver(ray_local, tmp_path):
         (root / ("sub" if i else "") / name).write_bytes(payload)
     lone_loss = next(n for n, _ in _metamon_files("|win|Green on fire").items() if n.endswith("_LOSS.json.lz4"))
     (root / lone_loss).write_bytes(_metamon_files("|win|Green on fire")[lone_loss])
+    # what else a folder holds is counted, not dropped; suffixes in any case
+    (root / "notes.txt").write_text("not a trajectory")
+    gen9 = sorted(shared_data("pokemon", "metamon_parsed").glob("smogtours-gen9ou-*.json.lz4"))
+    with tarfile.open(root / "GEN9OU.TAR.GZ", "w:gz") as tar:
+        for path in gen9:
+            tar.add(path, arcname=f"gen9ou/{path.name[:-len('.json.lz4')]}.JSON.LZ4")
+        tar.add(root / "notes.txt", arcname="gen9ou/notes.txt")
     published = run(ParseConfig.tiny(source="metamon", out=str(tmp_path / "out"), input=str(root)),
                     log=lambda *_: None)
     version = open_version(published.path)
-    assert version.manifest.counts.written == 3 and version.manifest.counts.reconciles()
+    counts = version.manifest.counts
+    assert (counts.inputs, counts.written, counts.filtered) == (7, 5, {"not_a_replay": 2}) and counts.reconciles()
     index = version.index().to_pylist()
     assert Counter((r["battle_id"], r["result"]) for r in index) == {
-        ("smogtours-gen1ou-733374t", "tie"): 2, ("smogtours-gen1ou-733374w", "loss"): 1}
+        ("smogtours-gen1ou-733374t", "tie"): 2, ("smogtours-gen1ou-733374w", "loss"): 1,
+        ("smogtours-gen9ou-733546", "win"): 1, ("smogtours-gen9ou-733546", "loss"): 1}
     rewards = version.table(["battle_id", "reward", "done"]).to_pylist()
     assert {r["reward"] for r in rewards if r["battle_id"].endswith("t")} == {0.0}

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import tarfile
 from collections.abc import Iterator
@@ -40,7 +41,7 @@ from pipelines.errors import (
 )
 from pipelines.pokemon.dex import TYPELESS, to_id
 from pipelines.pokemon.trajectory import TrajectoryMeta, build_rows, derived_mask
-from pipelines.sources import list_files
+from pipelines.sources import has_suffix, list_files
 
 HUB_REPO = "jakegrigsby/metamon-parsed-replays"
 HUB_REVISION = "v1"
@@ -48,9 +49,10 @@ HUB_REVISION = "v1"
 
 _NAME = re.compile(
     r"^(?P<battle>[^_]+)_(?P<rating>\d+|Unrated)_(?P<players>.+)_(?P<date>\d{2}-\d{2}-\d{4})_(?P<result>WIN|LOSS)"
-    r"\.json\.lz4$"
+    r"(?i:\.json\.lz4)$"
 )
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+NOT_A_REPLAY = "not_a_replay"
 
 
 @dataclass(frozen=True)
@@ -103,25 +105,38 @@ def tie_names(names: list[str]) -> set[str]:
 
 
 def list_inputs(root: Path) -> list[str]:
-    """Loose ``.json.lz4`` files and archives under ``root`` (or ``root`` itself), sorted."""
-    return list_files(root, (".json.lz4", *_ARCHIVE_SUFFIXES))
+    """Every file under ``root`` (or ``root`` itself), sorted: ``.json.lz4`` files and archives are read, anything
+    else is counted as filtered ``not_a_replay``. Not inputs: the ``.cache/huggingface`` folder in which
+    ``--download`` (``hf_hub_download(local_dir=...)``) keeps its metadata and locks."""
+    bookkeeping = str(Path(root) / ".cache" / "huggingface") + os.sep
+    return [p for p in list_files(root, None) if not p.startswith(bookkeeping)]
 
 
 def is_archive(path: str) -> bool:
-    return path.endswith(_ARCHIVE_SUFFIXES)
+    return has_suffix(path, _ARCHIVE_SUFFIXES)
 
 
-def iter_archive(path: str) -> Iterator[tuple[str, bytes | None, str | None]]:
-    """(member id, bytes or None, read error) for each ``.json.lz4`` member, streaming the archive once."""
+def is_replay(path: str) -> bool:
+    """A Metamon trajectory file by its name, in any case (``.JSON.LZ4`` too)."""
+    return has_suffix(path, (".json.lz4",))
+
+
+def iter_archive(path: str) -> Iterator[tuple[str, bytes | None, str | None, str | None]]:
+    """(member id, bytes or None, read error, filter reason) for each file member, streaming the archive once; a
+    member that is not a ``.json.lz4`` file is filtered ``not_a_replay``."""
     try:
         with tarfile.open(path, mode="r|*") as tar:
             for member in tar:
-                if not member.isfile() or not member.name.endswith(".json.lz4"):
+                if not member.isfile():
+                    continue
+                member_id = f"{Path(path).name}::{member.name}"
+                if not is_replay(member.name):
+                    yield member_id, None, None, NOT_A_REPLAY
                     continue
                 handle = tar.extractfile(member)
-                yield f"{Path(path).name}::{member.name}", handle.read() if handle else None, None
+                yield member_id, handle.read() if handle else None, None, None
     except (tarfile.TarError, EOFError, OSError) as err:  # a cut archive: keep what was read, record the rest
-        yield f"{Path(path).name}::<rest of archive>", None, f"{type(err).__name__}: {err}"
+        yield f"{Path(path).name}::<rest of archive>", None, f"{type(err).__name__}: {err}", None
 
 
 def download(formats: list[str], out_dir: Path, revision: str = HUB_REVISION) -> Path:
