@@ -7,7 +7,8 @@ not), since the reconstruction orders move slots by first reveal and the simulat
 
 ``action.visible_identical`` counts every decision whose action a spectator can see: those the reconstruction
 infers, and those where it records -1 although the log shows the chosen move or switch in that turn
-(``visible_choices``, a reading of the log independent of the parser); the latter count as wrong.
+(``visible_choices``, its own reading of the log: it shares with the parser only how a ``|cant|`` line names
+its mover and move); the latter count as wrong.
 """
 
 from __future__ import annotations
