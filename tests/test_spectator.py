@@ -335,3 +335,30 @@ def test_moves_an_ability_or_a_stealing_move_uses_are_not_own_moves(source):
     assert "knockoff" in own and "knockoff" in seen
     assert "thunderwave" not in own | seen
     assert [r["action"] for r in rows] == [r["action"] for r in _replay("smogtours-gen9ou-733546")[2]]
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is needed to run the simulator")
+@pytest.mark.parametrize("fmt,index", [("gen1ou", 119), ("gen1ou", 135), ("gen9randombattle", 17)])
+def test_transformed_pokemon_choices_are_its_copied_moves(fmt, index):
+    """Simulator battles (seed 31) with a Ditto: once transformed, its player chooses among the copied moves (its
+    request lists them). The reconstruction uses the moves the log reveals for the copied Pokémon, including
+    those the Ditto itself uses; every choice the log shows is recorded and equal to the player's own."""
+    from pipelines.pokemon.agreement import visible_choices
+    from pipelines.pokemon.dex import gen_of_format
+    from pipelines.sources import generated
+
+    chunk = generated.Chunk(format=fmt, first_index=index, num_battles=1, seed=31, p1="heuristic", p2="random")
+    (battle_id, payload), = generated.generate(chunk.__dict__)
+    dex = DEXES[gen_of_format(fmt)]
+    log = json.loads(payload)["spectator_log"]
+    truth, _ = generated.parse(battle_id, payload, DEXES, None)
+    recon = spectator_trajectories(log, dex, format_id=fmt, battle_id=battle_id)
+    shown = visible_choices(log, dex)
+    transformed = 0
+    for t, r in zip(truth, recon, strict=True):
+        want = action_meaning(t["state"], t["action"])
+        if want is None or want[:2] not in shown.get((t["player_side"], t["battle_turn"]), ()):
+            continue
+        assert action_meaning(r["state"], r["action"]) == want, (t["trajectory_id"], t["battle_turn"])
+        transformed += "transform" in t["state"]["player_active"]["effects"]
+    assert transformed >= 1

@@ -4,6 +4,8 @@ For each player, at each decision point, the state holds what that player could 
 - its own team as the whole log reveals it (a player knows its own moves, item, ability and tera type from the
   start, so a move first shown on turn 20 was known on turn 1); what the log never shows stays explicitly
   unknown (``unknownmove`` slots are absent, ``unknownitem``...) and nothing is guessed from usage statistics;
+  while it is transformed, its move slots are those the log reveals for the Pokémon it copied (the player's
+  request lists the copied moves), including the ones it uses itself;
 - the opponent as revealed so far, exactly as a spectator (or the player) saw it.
 
 Decision points and the action at each:
@@ -65,7 +67,7 @@ def hindsight(lines: list[str]) -> tuple[dict[str, dict[str, Known]], dict[str, 
     """(side -> nickname -> Known, side -> team order) from one pass over the log."""
     known: dict[str, dict[str, Known]] = {"p1": {}, "p2": {}}
     order: dict[str, list[str]] = {"p1": [], "p2": []}
-    transformed: set[tuple[str, str]] = set()
+    transformed: dict[tuple[str, str], tuple[str, str]] = {}  # (side, nick) → whom it copied
     for line in lines:
         if not line.startswith("|"):
             continue
@@ -77,7 +79,7 @@ def hindsight(lines: list[str]) -> tuple[dict[str, dict[str, Known]], dict[str, 
                 if nick not in known[side]:
                     known[side][nick] = Known(species=_details(parts[3])[0])
                     order[side].append(nick)
-                transformed.discard((side, nick))
+                transformed.pop((side, nick), None)
             elif kind == "move":
                 side, nick = _ident(parts[2])
                 k = known[side].get(nick)
@@ -86,8 +88,10 @@ def hindsight(lines: list[str]) -> tuple[dict[str, dict[str, Known]], dict[str, 
                 caller = to_id(source[5:]) if source.startswith("move:") else ""
                 # an ability's move (Magic Bounce reflecting the foe's, Dancer copying it) is not the user's own
                 by_ability = source.startswith(("ability:", "item:"))
-                if (k is None or (side, nick) in transformed or move in _FORCED_ONLY or caller in _NOT_OWN_CALLERS
-                        or by_ability):
+                if (side, nick) in transformed:  # a transformed Pokémon uses the moves of the one it copied
+                    target = transformed[(side, nick)]
+                    k = known[target[0]].get(target[1]) if target not in transformed else None
+                if k is None or move in _FORCED_ONLY or caller in _NOT_OWN_CALLERS or by_ability:
                     continue
                 if move not in k.moves:
                     k.moves.append(move)
@@ -99,7 +103,7 @@ def hindsight(lines: list[str]) -> tuple[dict[str, dict[str, Known]], dict[str, 
                 if own and move and k is not None and (side, nick) not in transformed and move not in k.moves:
                     k.moves.append(move)
             elif kind == "-transform":
-                transformed.add(_ident(parts[2]))
+                transformed[_ident(parts[2])] = _ident(parts[3])
             elif kind == "-terastallize":
                 side, nick = _ident(parts[2])
                 if nick in known[side]:
@@ -143,6 +147,7 @@ class SpectatorParser:
         self.turns: dict[str, list[int]] = {"p1": [], "p2": []}
         self.pending: dict[str, int | None] = {"p1": None, "p2": None}  # step index awaiting its turn action
         self.asleep = {"p1": False, "p2": False}  # |cant|...|slp seen: only Sleep Talk or Snore can still show it
+        self.copied: dict[tuple[str, str], tuple[str, str]] = {}  # (side, nick) → whom it last transformed into
         self.tera_next = {"p1": False, "p2": False}
         self.used_tera = {"p1": False, "p2": False}
         self.moved_this_turn = False
@@ -157,12 +162,13 @@ class SpectatorParser:
         k = self.known[side.side_id][nick]
         if mon is None:
             mon = Mon(nick, k.species, 100, tracker.gen)
-        key = (side.side_id, nick, tracker.mon_key(mon), tuple(mon.moves.get(m, 0) for m in k.moves[:NUM_MOVES]))
+        move_ids = self._move_ids(side.side_id, nick, mon)
+        key = (side.side_id, nick, tracker.mon_key(mon), move_ids, tuple(mon.moves.get(m, 0) for m in move_ids))
         hit = self._own_memo.get(key)
         if hit is not None:
             return hit
         try:
-            moves = [tracker.move_state(m, used=mon.moves.get(m, 0)) for m in k.moves[:NUM_MOVES]]
+            moves = [tracker.move_state(m, used=mon.moves.get(m, 0)) for m in move_ids]
         except UnknownDexEntry as err:
             raise ProtocolError(str(err)) from err
         out = dict(tracker.mon_state(mon, moves))
@@ -174,6 +180,17 @@ class SpectatorParser:
             out["tera_type"] = k.tera_type
         self._own_memo[key] = out
         return out
+
+    def _move_ids(self, side_id: str, nick: str, mon: Mon | None) -> tuple[str, ...]:
+        """The move slots its player sees for a Pokémon: its own moves as the whole log reveals them or, while it
+        is transformed, the moves of the Pokémon it copied (the player's request lists those, and the player
+        chooses among them), as far as the log reveals that Pokémon's moves."""
+        if mon is not None and "transform" in mon.effects:
+            target = self.copied.get((side_id, nick))
+            copied = self.known[target[0]].get(target[1]) if target else None
+            if copied is not None:
+                return tuple(copied.moves[:NUM_MOVES])
+        return tuple(self.known[side_id][nick].moves[:NUM_MOVES])
 
     def _bench(self, side: Side) -> list[str]:
         """Nicknames of the side's known, unfainted, benched Pokémon in team order."""
@@ -221,9 +238,9 @@ class SpectatorParser:
         side = self.tracker.sides[side_id]
         if side.active is None or move_id in _FORCED_ONLY:
             return -1
-        moves = self.known[side_id][side.active.name].moves[:NUM_MOVES]
+        moves = self._move_ids(side_id, side.active.name, side.active)
         if move_id not in moves:
-            return -1  # a move not from its own set (Transform, Mimic): not one of the 13 choices
+            return -1  # not one of the slots it sees (a move Mimic copied, a transformed Pokémon's unrevealed one)
         slot = moves.index(move_id)
         return _TERA_OFFSET + slot if self.tera_next[side_id] else slot
 
@@ -261,6 +278,8 @@ class SpectatorParser:
                     self.moved_this_turn = True
             elif kind == "cant" and len(parts) > 2:
                 self._on_cant(parts)
+            elif kind == "-transform" and len(parts) > 3:
+                self.copied[_ident(parts[2])] = _ident(parts[3])
             elif kind == "-terastallize" and len(parts) > 2:
                 self.tera_next[parts[2][:2]] = True
                 self.used_tera[parts[2][:2]] = True
