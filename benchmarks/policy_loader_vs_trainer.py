@@ -92,8 +92,6 @@ def measure_trainer(batches: list, context: int, steps: int, threads: int):
 
 
 def main() -> None:
-    import ray
-
     from pipelines.parse_replays import ParseConfig
     from pipelines.parse_replays import run as parse
 
@@ -107,8 +105,11 @@ def main() -> None:
                         help="torch intra-op threads of the trainer (each measured; the fastest is compared)")
     args = parser.parse_args()
 
-    ray.init(address="local", num_cpus=CPUS, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}})
+    from pipelines.ray_start import start_ray
+
+    start_ray(num_cpus=CPUS, log_to_driver=False)  # before `import ray`: token auth, servers on 127.0.0.1
+    import ray
+
     work = Path(tempfile.mkdtemp(prefix="loader-vs-trainer-"))
     try:
         t0 = time.perf_counter()

@@ -123,8 +123,6 @@ def real_trainer(args, cpus: float, threads: int, work: Path, shards: str) -> di
 
 
 def main() -> None:
-    import ray
-
     from pipelines.parse_replays import ParseConfig
     from pipelines.parse_replays import run as parse
 
@@ -138,6 +136,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="rounds of all variants (medians are reported)")
     args = parser.parse_args()
 
+    from pipelines.ray_start import start_ray
+
+    start_ray(num_cpus=CPUS, log_to_driver=False)  # before `import ray`: token auth, servers on 127.0.0.1
+    import ray
+
     runs: dict[str, list[float]] = {}
 
     def show(name: str, r: dict) -> None:
@@ -145,8 +148,6 @@ def main() -> None:
         print(f"{name:44s} {r['s_per_step']:7.3f} s/step  threads={r['threads']} OMP_NUM_THREADS={r['omp']} "
               f"model={r['ddp']}  load average {os.getloadavg()[0]:.1f}", flush=True)
 
-    ray.init(address="local", num_cpus=CPUS, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}})
     work = Path(tempfile.mkdtemp(prefix="train-step-"))
     try:
         published = parse(ParseConfig(source="generated", out=str(work / "shards"), formats=["gen9randombattle"],
