@@ -337,12 +337,9 @@ def test_moves_an_ability_or_a_stealing_move_uses_are_not_own_moves(source):
     assert [r["action"] for r in rows] == [r["action"] for r in _replay("smogtours-gen9ou-733546")[2]]
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is needed to run the simulator")
-@pytest.mark.parametrize("fmt,index", [("gen1ou", 119), ("gen1ou", 135), ("gen9randombattle", 17)])
-def test_transformed_pokemon_choices_are_its_copied_moves(fmt, index):
-    """Simulator battles (seed 31) with a Ditto: once transformed, its player chooses among the copied moves (its
-    request lists them). The reconstruction uses the moves the log reveals for the copied Pokémon, including
-    those the Ditto itself uses; every choice the log shows is recorded and equal to the player's own."""
+def _shown_choices_recorded(fmt: str, index: int) -> list[tuple]:
+    """Simulator battle ``index`` of seed 31: asserts every choice its spectator log shows is reconstructed equal
+    to the player's own; returns (truth row, choice) of those."""
     from pipelines.pokemon.agreement import visible_choices
     from pipelines.pokemon.dex import gen_of_format
     from pipelines.sources import generated
@@ -354,11 +351,42 @@ def test_transformed_pokemon_choices_are_its_copied_moves(fmt, index):
     truth, _ = generated.parse(battle_id, payload, DEXES, None)
     recon = spectator_trajectories(log, dex, format_id=fmt, battle_id=battle_id)
     shown = visible_choices(log, dex)
-    transformed = 0
+    out = []
     for t, r in zip(truth, recon, strict=True):
         want = action_meaning(t["state"], t["action"])
         if want is None or want[:2] not in shown.get((t["player_side"], t["battle_turn"]), ()):
             continue
         assert action_meaning(r["state"], r["action"]) == want, (t["trajectory_id"], t["battle_turn"])
-        transformed += "transform" in t["state"]["player_active"]["effects"]
-    assert transformed >= 1
+        out.append((t, want))
+    return out
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is needed to run the simulator")
+@pytest.mark.parametrize("fmt,index", [("gen1ou", 119), ("gen1ou", 135), ("gen9randombattle", 17)])
+def test_transformed_pokemon_choices_are_its_copied_moves(fmt, index):
+    """Battles with a Ditto: once transformed, its player chooses among the copied moves (its request lists them).
+    The reconstruction uses the moves the log reveals for the copied Pokémon, including those the Ditto uses."""
+    shown = _shown_choices_recorded(fmt, index)
+    assert any("transform" in t["state"]["player_active"]["effects"] for t, _ in shown)
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is needed to run the simulator")
+@pytest.mark.parametrize("fmt,index,copied", [("gen1ou", 34, "doubleedge"), ("gen2randombattle", 7, "hiddenpower")])
+def test_a_move_mimic_copied_takes_mimics_slot(fmt, index, copied):
+    """Mimic puts the foe's move in Mimic's slot until its user switches out (gen 1 logs ``|-start|X|Mimic|M``,
+    gens 2-4 ``|-activate|X|move: Mimic|M``); choosing it is choosing that slot."""
+    shown = _shown_choices_recorded(fmt, index)
+    assert any(want[1] == copied for _, want in shown)
+
+
+def test_a_move_an_encore_begun_this_turn_forces_is_not_the_choice():
+    """Encore replaces the target's chosen move when it begins before the target moves (the simulator's
+    ``onOverrideAction``): the move shown is the encored one, whatever was chosen."""
+    data, lines, _ = _replay("smogtours-gen9ou-733546")
+    at = lines.index("|move|p2a: Leviathan|U-turn|p1a: bozo bozo bozo") + 1
+    encored = lines[:at] + ["|-start|p1a: bozo bozo bozo|Encore"] + lines[at:]
+    rows = spectator_trajectories(encored, DEXES[9], format_id="gen9ou", battle_id=data["id"])
+    p1, p2 = _by_turn(rows, "p1")[(1, False)], _by_turn(rows, "p2")[(1, False)]
+    assert p1["action"] == -1 and action_meaning(p2["state"], p2["action"]) == ("move", "uturn", False)
+    assert action_meaning(*(lambda r: (r["state"], r["action"]))(_by_turn(rows, "p1")[(2, False)])) == (
+        "switch", "slowking")

@@ -41,7 +41,8 @@ def action_meaning(state: dict, action: int) -> tuple | None:
 
 def visible_choices(lines: list[str], dex: Dex) -> dict[tuple[str, int], set[tuple[str, str]]]:
     """(side, turn) → the choices the spectator log shows in that turn: ``("move", id)`` for a move the side used
-    that no other move or ability called (a continuing lock counts: it is the request's only choice) and for the
+    that no other move or ability called and no Encore begun in that turn forced (a continuing lock counts: it is
+    the request's only choice) and for the
     move a ``|cant|`` names for the Pokémon that could not act; ``("switch", species id)`` for each ``|switch|``
     (``|drag|`` is not chosen; a cosmetic forme such as Gastrodon-East is its dex species). Hidden Power is
     ``hiddenpower`` whatever its type (the log does not say it)."""
@@ -49,13 +50,19 @@ def visible_choices(lines: list[str], dex: Dex) -> dict[tuple[str, int], set[tup
 
     out: dict[tuple[str, int], set[tuple[str, str]]] = {}
     turn = 0
+    encored: set[str] = set()  # sides whose Pokémon an Encore caught this turn before it moved
     for line in lines:
         parts = line.split("|")
         kind = parts[1] if len(parts) > 1 else ""
         if kind == "turn" and len(parts) > 2 and parts[2].isdigit():
             turn = int(parts[2])
+            encored.clear()
+        elif kind == "-start" and len(parts) > 3 and to_id(parts[3]) == "encore":
+            encored.add(parts[2][:2])
         elif kind == "move" and len(parts) > 3:
-            if not any(p.startswith("[from]") and "lockedmove" not in p for p in parts[5:]):
+            if parts[2][:2] in encored:
+                encored.discard(parts[2][:2])
+            elif not any(p.startswith("[from]") and "lockedmove" not in p for p in parts[5:]):
                 out.setdefault((parts[2][:2], turn), set()).add(("move", _move_name(to_id(parts[3]))))
         elif kind == "cant" and len(parts) > 4:
             actor, move = cant_actor_and_move(parts)

@@ -5,7 +5,8 @@ For each player, at each decision point, the state holds what that player could 
   start, so a move first shown on turn 20 was known on turn 1); what the log never shows stays explicitly
   unknown (``unknownmove`` slots are absent, ``unknownitem``...) and nothing is guessed from usage statistics;
   while it is transformed, its move slots are those the log reveals for the Pokémon it copied (the player's
-  request lists the copied moves), including the ones it uses itself;
+  request lists the copied moves), including the ones it uses itself; a move Mimic copied takes Mimic's slot
+  until the Pokémon switches out;
 - the opponent as revealed so far, exactly as a spectator (or the player) saw it.
 
 Decision points and the action at each:
@@ -13,6 +14,7 @@ Decision points and the action at each:
   act in that turn: a move (slot in the own move list, +9 when terastallized first), a switch (index in the
   available switches) or -1 when nothing shows what was chosen (fainted first, Struggle, recharge, a ``|cant|``
   that names no move);
+- a move shown after an Encore began in the same turn is the encored move, not the choice (-1);
 - a ``|cant|`` shows the choice when it names the move that was stopped (``Disable``, ``move: Taunt``,
   ``move: Imprison``, ``move: Gravity``, ``move: Heal Block``, ``Focus Punch``, ``nopp``: in pokemon-showdown
   0.11.11 each is emitted before the move line with the chosen move) or, for ``slp``, when Sleep Talk or Snore
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 
 from pipelines.errors import ProtocolError, TruncatedBattleError
 from pipelines.pokemon.dex import Dex, UnknownDexEntry, to_id
-from pipelines.pokemon.tracker import BattleTracker, Mon, Side, _details, _ident
+from pipelines.pokemon.tracker import BattleTracker, Mon, Side, _details, _effect_id, _ident
 from pipelines.pokemon.trajectory import TrajectoryMeta, build_rows, derived_mask
 from shards_schema.pokemon import NUM_MOVES, NUM_SWITCHES
 
@@ -68,6 +70,7 @@ def hindsight(lines: list[str]) -> tuple[dict[str, dict[str, Known]], dict[str, 
     known: dict[str, dict[str, Known]] = {"p1": {}, "p2": {}}
     order: dict[str, list[str]] = {"p1": [], "p2": []}
     transformed: dict[tuple[str, str], tuple[str, str]] = {}  # (side, nick) → whom it copied
+    mimicked: dict[tuple[str, str], str] = {}  # (side, nick) → the move Mimic put in its Mimic slot
     for line in lines:
         if not line.startswith("|"):
             continue
@@ -80,6 +83,7 @@ def hindsight(lines: list[str]) -> tuple[dict[str, dict[str, Known]], dict[str, 
                     known[side][nick] = Known(species=_details(parts[3])[0])
                     order[side].append(nick)
                 transformed.pop((side, nick), None)
+                mimicked.pop((side, nick), None)
             elif kind == "move":
                 side, nick = _ident(parts[2])
                 k = known[side].get(nick)
@@ -91,7 +95,8 @@ def hindsight(lines: list[str]) -> tuple[dict[str, dict[str, Known]], dict[str, 
                 if (side, nick) in transformed:  # a transformed Pokémon uses the moves of the one it copied
                     target = transformed[(side, nick)]
                     k = known[target[0]].get(target[1]) if target not in transformed else None
-                if k is None or move in _FORCED_ONLY or caller in _NOT_OWN_CALLERS or by_ability:
+                if (k is None or move in _FORCED_ONLY or caller in _NOT_OWN_CALLERS or by_ability
+                        or mimicked.get((side, nick)) == move):
                     continue
                 if move not in k.moves:
                     k.moves.append(move)
@@ -104,6 +109,8 @@ def hindsight(lines: list[str]) -> tuple[dict[str, dict[str, Known]], dict[str, 
                     k.moves.append(move)
             elif kind == "-transform":
                 transformed[_ident(parts[2])] = _ident(parts[3])
+            elif kind in ("-start", "-activate") and len(parts) > 4 and _effect_id(parts[3]) == "mimic":
+                mimicked[_ident(parts[2])] = to_id(parts[4])
             elif kind == "-terastallize":
                 side, nick = _ident(parts[2])
                 if nick in known[side]:
@@ -148,6 +155,7 @@ class SpectatorParser:
         self.pending: dict[str, int | None] = {"p1": None, "p2": None}  # step index awaiting its turn action
         self.asleep = {"p1": False, "p2": False}  # |cant|...|slp seen: only Sleep Talk or Snore can still show it
         self.copied: dict[tuple[str, str], tuple[str, str]] = {}  # (side, nick) → whom it last transformed into
+        self.mimicked: dict[tuple[str, str], str] = {}  # (side, nick) → the move its last Mimic copied
         self.tera_next = {"p1": False, "p2": False}
         self.used_tera = {"p1": False, "p2": False}
         self.moved_this_turn = False
@@ -190,7 +198,11 @@ class SpectatorParser:
             copied = self.known[target[0]].get(target[1]) if target else None
             if copied is not None:
                 return tuple(copied.moves[:NUM_MOVES])
-        return tuple(self.known[side_id][nick].moves[:NUM_MOVES])
+        own = tuple(self.known[side_id][nick].moves[:NUM_MOVES])
+        if (side_id, nick) in self.mimicked:
+            # Mimic's slot holds the copied move until the Pokémon switches out (the request lists it there)
+            return tuple(self.mimicked[(side_id, nick)] if m == "mimic" else m for m in own)
+        return own
 
     def _bench(self, side: Side) -> list[str]:
         """Nicknames of the side's known, unfainted, benched Pokémon in team order."""
@@ -263,6 +275,10 @@ class SpectatorParser:
                     if active is not None and active.status != "fnt":
                         self.pending[side_id] = self._decide(side_id, forced=False)
                 continue
+            if kind in ("switch", "drag") and len(parts) > 2:
+                leaving = tracker.sides[parts[2][:2]].active if parts[2][:2] in tracker.sides else None
+                if leaving is not None:  # a copied move leaves Mimic's slot when its Pokémon switches out
+                    self.mimicked.pop((parts[2][:2], leaving.name), None)
             if started and kind == "switch":
                 self._on_switch(parts)
             elif kind == "move" and len(parts) > 3:
@@ -280,6 +296,13 @@ class SpectatorParser:
                 self._on_cant(parts)
             elif kind == "-transform" and len(parts) > 3:
                 self.copied[_ident(parts[2])] = _ident(parts[3])
+            elif kind in ("-start", "-activate") and len(parts) > 4 and _effect_id(parts[3]) == "mimic":
+                # gen 1 and 5+ write |-start|X|Mimic|<move>, gens 2-4 |-activate|X|move: Mimic|<move>
+                self.mimicked[_ident(parts[2])] = to_id(parts[4])
+            elif kind == "-start" and len(parts) > 3 and to_id(parts[3]) == "encore":
+                # An Encore begun before the target moved replaces the move it chose by the encored one (the
+                # simulator's onOverrideAction): the move shown is forced, the choice hidden.
+                self.pending[parts[2][:2]] = None
             elif kind == "-terastallize" and len(parts) > 2:
                 self.tera_next[parts[2][:2]] = True
                 self.used_tera[parts[2][:2]] = True
