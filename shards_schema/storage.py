@@ -1,0 +1,227 @@
+"""Storage by URI: every path a job, reader or trainer takes goes through here, because a cluster has no shared disk.
+
+A URI is a local path (``out/``, ``/abs/out``, ``file:///abs/out``) or an object-store URI: ``s3://bucket/key``
+and ``gs://bucket/key`` through pyarrow's native filesystems, ``hf://datasets/<owner>/<name>@<revision>/<path>``
+through huggingface_hub's fsspec filesystem, and any other fsspec protocol the environment has. Credentials and
+endpoints come from the standard variables, so one command works against AWS and a local S3-compatible server:
+``AWS_ENDPOINT_URL`` (or ``AWS_ENDPOINT_URL_S3``), ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``
+(or ``AWS_DEFAULT_REGION``); ``HF_TOKEN`` for the hub.
+
+Functions take and return URI strings (picklable, and re-resolved on each node with that node's credentials); the
+filesystem object is an implementation detail of ``resolve``. Listings are sorted: the deterministic input order
+every job starts from.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import posixpath
+from collections.abc import Iterable
+
+import pyarrow.fs as pafs
+
+_NATIVE = ("s3", "gs", "gcs")
+
+
+def scheme(uri: str) -> str:
+    """``"s3"``, ``"hf"``..., or ``""`` for a local path (``file://`` included)."""
+    head, sep, _ = str(uri).partition("://")
+    if not sep or head == "file":
+        return ""
+    return head.lower()
+
+
+def is_local(uri: str) -> bool:
+    return scheme(uri) == ""
+
+
+def local_path(uri: str) -> str:
+    """The absolute local path of a local URI (``file://`` stripped). Raises ValueError for a remote URI."""
+    if not is_local(uri):
+        raise ValueError(f"{uri} is not a local path")
+    uri = str(uri)
+    return os.path.abspath(uri[len("file://"):] if uri.startswith("file://") else uri)
+
+
+def normalize(uri: str) -> str:
+    """A URI in one spelling: local paths absolute (a relative path means the driver's working folder, which a
+    worker on another node does not share), remote URIs without a trailing slash."""
+    return local_path(uri) if is_local(uri) else str(uri).rstrip("/")
+
+
+def join(uri: str, *parts: str) -> str:
+    """``uri/part/...``: ``os.path.join`` for local paths, ``/`` for remote URIs."""
+    if is_local(uri):
+        return os.path.join(local_path(uri), *parts)
+    return posixpath.join(str(uri).rstrip("/"), *parts)
+
+
+def relative(uri: str, root: str) -> str:
+    """``uri``'s path below ``root`` with ``/`` separators (an input id); the base name when ``uri`` is ``root``."""
+    uri, root = normalize(uri), normalize(root)
+    if uri == root:
+        return posixpath.basename(uri.replace(os.sep, "/"))
+    prefix = root.rstrip("/" + os.sep) + ("/" if not is_local(root) else os.sep)
+    if not uri.startswith(prefix):
+        raise ValueError(f"{uri} is not below {root}")
+    return uri[len(prefix):].replace(os.sep, "/")
+
+
+def parent(uri: str) -> str:
+    return os.path.dirname(local_path(uri)) if is_local(uri) else posixpath.dirname(str(uri).rstrip("/"))
+
+
+def name(uri: str) -> str:
+    return os.path.basename(local_path(uri)) if is_local(uri) else posixpath.basename(str(uri).rstrip("/"))
+
+
+def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, path inside it) for a URI."""
+    kind = scheme(uri)
+    if kind == "":
+        return _local(), local_path(uri)
+    rest = str(uri).split("://", 1)[1].rstrip("/")
+    if kind == "s3":
+        return _s3(*_s3_settings()), rest
+    if kind in ("gs", "gcs"):
+        return _gcs(), rest
+    return _fsspec(kind), rest
+
+
+@functools.lru_cache(maxsize=1)
+def _local() -> pafs.FileSystem:
+    return pafs.LocalFileSystem()
+
+
+def _s3_settings() -> tuple[str | None, str | None]:
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+    return endpoint, region
+
+
+@functools.lru_cache(maxsize=8)
+def _s3(endpoint: str | None, region: str | None) -> pafs.FileSystem:
+    """One S3 filesystem per endpoint and region (the key variables are read by the AWS SDK's default chain:
+    environment, profile, instance role)."""
+    kwargs = {}
+    if endpoint:
+        scheme_, _, host = endpoint.partition("://")
+        kwargs.update(endpoint_override=host or scheme_, scheme=scheme_ if host else "https")
+    if region:
+        kwargs["region"] = region
+    return pafs.S3FileSystem(**kwargs)
+
+
+@functools.lru_cache(maxsize=1)
+def _gcs() -> pafs.FileSystem:
+    return pafs.GcsFileSystem()
+
+
+@functools.lru_cache(maxsize=8)
+def _fsspec(protocol: str) -> pafs.FileSystem:
+    """Any fsspec protocol (``hf`` through huggingface_hub, which reads ``HF_TOKEN``), wrapped for pyarrow."""
+    import fsspec
+
+    try:
+        fs = fsspec.filesystem(protocol)
+    except (ImportError, ValueError) as err:
+        raise ValueError(f"no filesystem for {protocol}:// URIs ({err}); local paths, s3://, gs:// and hf:// "
+                         "are supported") from err
+    return pafs.PyFileSystem(pafs.FSSpecHandler(fs))
+
+
+# ---------------------------------------------------------------------------- operations
+def exists(uri: str) -> bool:
+    fs, path = resolve(uri)
+    return fs.get_file_info(path).type != pafs.FileType.NotFound
+
+
+def is_file(uri: str) -> bool:
+    fs, path = resolve(uri)
+    return fs.get_file_info(path).type == pafs.FileType.File
+
+
+def is_dir(uri: str) -> bool:
+    fs, path = resolve(uri)
+    return fs.get_file_info(path).type == pafs.FileType.Directory
+
+
+def size(uri: str) -> int:
+    fs, path = resolve(uri)
+    info = fs.get_file_info(path)
+    if info.type != pafs.FileType.File:
+        raise FileNotFoundError(f"{uri} is not a file")
+    return info.size
+
+
+def read_bytes(uri: str) -> bytes:
+    fs, path = resolve(uri)
+    with fs.open_input_stream(path) as fh:
+        return fh.read()
+
+
+def write_bytes(uri: str, data: bytes) -> None:
+    """Write a whole object (local: parent folders made as needed)."""
+    fs, path = resolve(uri)
+    if is_local(uri):
+        fs.create_dir(os.path.dirname(path), recursive=True)
+    with fs.open_output_stream(path) as fh:
+        fh.write(data)
+
+
+def open_input(uri: str):
+    """A seekable binary file (random access: Parquet footers, zip directories)."""
+    fs, path = resolve(uri)
+    return fs.open_input_file(path)
+
+
+def open_output(uri: str):
+    fs, path = resolve(uri)
+    if is_local(uri):
+        fs.create_dir(os.path.dirname(path), recursive=True)
+    return fs.open_output_stream(path)
+
+
+def make_dirs(uri: str) -> None:
+    """Create a folder (a no-op on object stores, where prefixes need no creation)."""
+    fs, path = resolve(uri)
+    fs.create_dir(path, recursive=True)
+
+
+def delete(uri: str, *, missing_ok: bool = True) -> None:
+    """Delete a file or a folder with everything below it."""
+    fs, path = resolve(uri)
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.NotFound:
+        if not missing_ok:
+            raise FileNotFoundError(uri)
+        return
+    if info.type == pafs.FileType.Directory:
+        fs.delete_dir(path)
+    else:
+        fs.delete_file(path)
+
+
+def list_files(root: str, suffixes: Iterable[str] | None = None) -> list[str]:
+    """URIs of the files below ``root`` (or ``root`` itself when it is a file) whose names end with one of
+    ``suffixes`` in any case (all files when None), sorted. Raises FileNotFoundError when ``root`` does not exist."""
+    fs, path = resolve(root)
+    info = fs.get_file_info(path)
+    ends = tuple(s.lower() for s in suffixes) if suffixes is not None else None
+    if info.type == pafs.FileType.File:
+        return [normalize(root)]
+    if info.type == pafs.FileType.NotFound:
+        raise FileNotFoundError(f"{root} does not exist")
+    out = []
+    for entry in fs.get_file_info(pafs.FileSelector(path, recursive=True)):
+        if entry.type != pafs.FileType.File:
+            continue
+        if ends is None or entry.base_name.lower().endswith(ends):
+            out.append(join(root, relative_path(entry.path, path)))
+    return sorted(out)
+
+
+def relative_path(path: str, root_path: str) -> str:
+    """A filesystem path below ``root_path`` (both as ``resolve`` returns them), with ``/`` separators."""
+    return path[len(root_path):].lstrip("/" + os.sep).replace(os.sep, "/")
