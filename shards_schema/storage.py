@@ -156,9 +156,18 @@ def size(uri: str) -> int:
 
 
 def read_bytes(uri: str) -> bytes:
+    """The object's bytes as stored. pyarrow's streams decompress by file extension unless told not to
+    (``compression="detect"``: a ``.json.lz4`` or ``.tar.gz`` came back decompressed)."""
     fs, path = resolve(uri)
-    with fs.open_input_stream(path) as fh:
+    with fs.open_input_stream(path, compression=None) as fh:
         return fh.read()
+
+
+def open_stream(uri: str, buffer_size: int = 1 << 20):
+    """A sequential binary stream of the bytes as stored, read ahead ``buffer_size`` bytes at a time (a tar
+    archive read member by member: without the buffer each 512-byte header is its own request on S3)."""
+    fs, path = resolve(uri)
+    return fs.open_input_stream(path, compression=None, buffer_size=buffer_size)
 
 
 def write_bytes(uri: str, data: bytes) -> None:
@@ -166,7 +175,7 @@ def write_bytes(uri: str, data: bytes) -> None:
     fs, path = resolve(uri)
     if is_local(uri):
         fs.create_dir(os.path.dirname(path), recursive=True)
-    with fs.open_output_stream(path) as fh:
+    with fs.open_output_stream(path, compression=None) as fh:
         fh.write(data)
 
 
@@ -176,11 +185,19 @@ def open_input(uri: str):
     return fs.open_input_file(path)
 
 
+def open_buffered(uri: str, buffer_size: int = 1 << 20):
+    """A seekable binary file for Python readers that make many small reads (``zipfile``, ``tarfile``,
+    ``py7zr``): each read of ``open_input`` on S3 is one ranged request, so reads go through a buffer."""
+    import io
+
+    return io.BufferedReader(open_input(uri), buffer_size)
+
+
 def open_output(uri: str):
     fs, path = resolve(uri)
     if is_local(uri):
         fs.create_dir(os.path.dirname(path), recursive=True)
-    return fs.open_output_stream(path)
+    return fs.open_output_stream(path, compression=None)
 
 
 def make_dirs(uri: str) -> None:
@@ -223,5 +240,12 @@ def list_files(root: str, suffixes: Iterable[str] | None = None) -> list[str]:
 
 
 def relative_path(path: str, root_path: str) -> str:
-    """A filesystem path below ``root_path`` (both as ``resolve`` returns them), with ``/`` separators."""
+    """A filesystem path below ``root_path`` (both as ``resolve`` returns them), with ``/`` separators.
+
+    Some fsspec filesystems list their entries with a leading ``/`` that the path they were asked for lacks
+    (``memory://bk/r`` lists ``/bk/r/a``), so the two are compared without it when they differ there."""
+    if not path.startswith(root_path):
+        path, root_path = path.lstrip("/"), root_path.lstrip("/")
+    if not path.startswith(root_path):
+        raise ValueError(f"the filesystem listed {path} below {root_path}")
     return path[len(root_path):].lstrip("/" + os.sep).replace(os.sep, "/")
