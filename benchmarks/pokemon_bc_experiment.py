@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main() -> None:
     from pipelines.parse_replays import ParseConfig
     from pipelines.parse_replays import run as parse
+    from pipelines.sources.generated import GeneratedConfig
     from training.evaluate import EvalConfig
     from training.evaluate import run as evaluate
     from training.loop import latest_checkpoint
@@ -44,7 +45,8 @@ def main() -> None:
     work = Path(args.work_dir)
     t0 = time.monotonic()
     published = parse(ParseConfig(source="generated", out=str(work / "shards"), formats=args.formats,
-                                  num_battles=args.num_battles, p1="heuristic", p2="random", seed=2026,
+                                  generated=GeneratedConfig(num_battles=args.num_battles, p1="heuristic",
+                                                            p2="random", seed=2026),
                                   progress_every_s=60))
     t1 = time.monotonic()
     out = work / f"{args.objective}-{args.preset}"

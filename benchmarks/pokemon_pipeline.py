@@ -30,6 +30,7 @@ from pipelines.parse_replays import ParseConfig, run  # noqa: E402
 from pipelines.pokemon.dex import known_formats, load_dex  # noqa: E402
 from pipelines.pokemon.observation import observe  # noqa: E402
 from pipelines.sources import generated, metamon  # noqa: E402
+from pipelines.sources.generated import GeneratedConfig  # noqa: E402
 from shards_schema.reader import open_version  # noqa: E402
 
 BATCH_COLUMNS = ["obs_tokens", "obs_numeric", "action", "legal_mask", "reward", "done"]
@@ -99,8 +100,8 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rf-bench-"))
     try:
-        cfg = ParseConfig(source="generated", out=str(work / "shards"), num_battles=args.battles, seed=123,
-                          progress_every_s=30)
+        cfg = ParseConfig(source="generated", out=str(work / "shards"),
+                          generated=GeneratedConfig(num_battles=args.battles, seed=123), progress_every_s=30)
         published, job_s = _timed(lambda: run(cfg, log=lambda *_: None))
         c = published.manifest.counts
         print(f"ray job (simulate + parse + write, 2 CPUs): {c.inputs} battles, {c.trajectories} trajectories, "

@@ -1,4 +1,9 @@
-"""Build an argparse CLI from a typed, keyword-only config dataclass (one declaration feeds both)."""
+"""Build an argparse CLI from a typed, keyword-only config dataclass (one declaration feeds both).
+
+A field whose type is itself a config dataclass is a section: its fields become flags of their own name
+(``ParseConfig.slp.min_frames`` is ``--min-frames``), listed under the section's heading. Flag names are unique
+across sections; a clash is an error when the parser is built.
+"""
 
 from __future__ import annotations
 
@@ -17,22 +22,68 @@ def _base(annotation):
     return annotation
 
 
+def sections(cls: type) -> dict[str, type]:
+    """Field name → dataclass type, for the fields of ``cls`` that are config sections."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if dataclasses.is_dataclass(hints[f.name])}
+
+
+def _leaves(cls: type) -> dict[str, tuple[str | None, type, str]]:
+    """Flag field name → (section or None, annotation, help), over ``cls`` and its sections."""
+    out: dict[str, tuple[str | None, type, str]] = {}
+    nested = sections(cls)
+    for owner, section in [(None, cls), *nested.items()]:
+        hints, docs = typing.get_type_hints(section), field_docs(section)
+        for f in dataclasses.fields(section):
+            if owner is None and f.name in nested:
+                continue
+            if f.name in out:
+                raise TypeError(f"{cls.__name__}: field {f.name!r} of section {owner or 'top'} clashes with "
+                                f"section {out[f.name][0] or 'top'}: flags are named by field")
+            out[f.name] = (owner, hints[f.name], docs.get(f.name, ""))
+    return out
+
+
+def nest(cls: type, flat: dict) -> dict:
+    """Keyword arguments of ``cls`` from flat field names (as flags give them): a section's fields are gathered
+    into that section's dataclass. A section given whole (``slp=SlpConfig(...)``) is kept as given."""
+    leaves = _leaves(cls)
+    nested = sections(cls)
+    out, per_section = {}, {name: {} for name in nested}
+    for key, value in flat.items():
+        if key in nested:
+            out[key] = value
+            continue
+        if key not in leaves:
+            raise TypeError(f"{cls.__name__} has no field {key!r}")
+        owner = leaves[key][0]
+        if owner is None:
+            out[key] = value
+        elif owner in out:
+            raise TypeError(f"{key!r} given both alone and in a whole {owner!r} section")
+        else:
+            per_section[owner][key] = value
+    for name, values in per_section.items():
+        if values:
+            out[name] = nested[name](**values)
+    return out
+
+
 def parser_for(cls: type, description: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description or (cls.__doc__ or "").split("\n")[0])
     parser.add_argument("--tiny", action="store_true", help="start from the tiny() preset (tests, demo)")
-    hints = typing.get_type_hints(cls)
-    docs = field_docs(cls)
-    for f in dataclasses.fields(cls):
-        flag = "--" + f.name.replace("_", "-")
-        base = _base(hints[f.name])
-        kwargs = {"help": docs.get(f.name, ""), "dest": f.name, "default": argparse.SUPPRESS}
+    groups = {name: parser.add_argument_group(name, (section.__doc__ or "").split("\n")[0])
+              for name, section in sections(cls).items()}
+    for name, (owner, annotation, doc) in _leaves(cls).items():
+        base = _base(annotation)
+        kwargs = {"help": doc, "dest": name, "default": argparse.SUPPRESS}
         if base is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(base) is list:
             kwargs.update(nargs="+", type=typing.get_args(base)[0])
         else:
             kwargs["type"] = base
-        parser.add_argument(flag, **kwargs)
+        (groups[owner] if owner else parser).add_argument("--" + name.replace("_", "-"), **kwargs)
     return parser
 
 
@@ -45,7 +96,7 @@ def parse_config(cls: type, argv: list[str] | None = None):
     if missing and not tiny:
         parser.error("missing required " + ", ".join("--" + m.replace("_", "-") for m in missing))
     try:
-        return cls.tiny(**args) if tiny else cls(**args)
+        return cls.tiny(**args) if tiny else cls(**nest(cls, args))
     except ValueError as err:  # a cross-field check in __post_init__: usage and the reason, not a traceback
         parser.error(str(err))
 

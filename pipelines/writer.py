@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipelines.stages import InputRecord, ParsedBatch
 from shards_schema.manifest import MANIFEST_FORMAT, Counts, FileEntry, Manifest
 from shards_schema.quarantine import QUARANTINE_SCHEMA
 from shards_schema.reader import sha256_file
@@ -192,8 +193,6 @@ class ShardWriter:
     _side_writers: dict = field(init=False, default_factory=dict)
     """Streaming writers of index.parquet and quarantine.parquet: memory stays bounded however many inputs."""
     _inputs_digest: hashlib._Hash = field(init=False, default_factory=hashlib.sha256)
-    _batch: pa.Table | None = field(init=False, default=None)
-    _batch_offset: int = field(init=False, default=0)
     _seen: WrittenKeys = field(init=False, default_factory=WrittenKeys)
     """Dedupe keys written so far and the input that wrote each (see ``WrittenKeys`` for the memory per key)."""
     removed_tmp: list[Path] = field(init=False, default_factory=list)
@@ -215,41 +214,59 @@ class ShardWriter:
         self._tmp.mkdir()
 
     # -------------------------------------------------------------- inputs
-    def add_result(self, result: dict) -> None:
-        """One parse result row (see ``pipelines.parse_replays.RESULT_SCHEMA``), in deterministic order."""
+    def add_batch(self, batch: ParsedBatch) -> None:
+        """The parse of consecutive inputs (``pipelines.stages.ParsedBatch``), in deterministic order."""
+        offset = 0
+        for record in batch.records:
+            rows = None
+            if record.status == "written":
+                rows = batch.rows.slice(offset, record.num_rows)
+                offset += record.num_rows
+            self.add_input(record, rows)
+
+    def add_input(self, record: InputRecord, rows: pa.Table | None = None) -> None:
+        """One input's outcome, and its rows when it was written (``record.num_rows`` of them)."""
         self.inputs += 1
-        self._inputs_digest.update(f"{result['input_id']}\t{result['input_sha256'] or '-'}\n".encode())
-        if result.get("turns_ipc") is not None:  # the rows of the next inputs, in order
-            self._batch = pa.ipc.open_stream(result["turns_ipc"]).read_all()
-            self._batch_offset = 0
-        status = result["status"]
-        if status == "written":
-            num_rows = result["num_rows"]
-            table = self._batch.slice(self._batch_offset, num_rows)
-            self._batch_offset += num_rows
-            if table.num_rows != num_rows:
-                raise AssertionError(f"{result['input_id']}: {num_rows} rows announced, {table.num_rows} received")
-            key = result.get("dedupe_key")
-            winner = self._seen.claim(key, result["input_id"]) if key is not None else None
+        self._inputs_digest.update(f"{record.input_id}\t{record.input_sha256 or '-'}\n".encode())
+        if record.status == "written":
+            if rows is None or rows.num_rows != record.num_rows:
+                raise AssertionError(f"{record.input_id}: {record.num_rows} rows announced, "
+                                     f"{0 if rows is None else rows.num_rows} received")
+            key = record.dedupe_key
+            winner = self._seen.claim(key, record.input_id) if key is not None else None
             if winner is not None:
-                result = {**result, "status": "filtered", "stage": "filter", "error_type": "filter",
-                          "reason": "duplicate", "message": f"{key} was already written by input {winner}"}
-                status = "filtered"
-        if status == "written":
-            index_json = result.get("index_json")
-            self._add_table(result["input_id"], table, json.loads(index_json) if index_json else None)
+                record = record.dropped("filtered", stage="filter", error_type="filter", reason="duplicate",
+                                        message=f"{key} was already written by input {winner}")
+        if record.status == "written":
+            self._add_table(record.input_id, rows, record.index_rows)
             self.written += 1
             return
-        counter = self.filtered if status == "filtered" else self.quarantined
-        counter[result["reason"]] += 1
+        counter = self.filtered if record.status == "filtered" else self.quarantined
+        counter[record.reason] += 1
         self._quarantine.append({
-            "input_id": result["input_id"], "source": result["source"], "kind": status, "stage": result["stage"],
-            "error_type": result["error_type"], "reason": result["reason"], "message": result["message"],
-            "input_sha256": result["input_sha256"],
+            "input_id": record.input_id, "source": record.source, "kind": record.status, "stage": record.stage,
+            "error_type": record.error_type, "reason": record.reason, "message": record.message,
+            "input_sha256": record.input_sha256,
         })
         if len(self._quarantine) >= 10_000:
             self._append("quarantine.parquet", self._quarantine, QUARANTINE_SCHEMA)
             self._quarantine = []
+
+    def add_result(self, result: dict) -> None:
+        """One input as a dict of ``InputRecord``'s fields, its rows (when written) as an Arrow IPC stream in
+        ``turns_ipc`` and its index rows as JSON in ``index_json``: the form of the callers that re-publish rows
+        they hold already (``pipelines/refeaturize.py``, ``training/world_model_play.py``). The parse job hands
+        typed batches to ``add_batch``."""
+        rows = None
+        if result.get("turns_ipc") is not None:
+            rows = pa.ipc.open_stream(result["turns_ipc"]).read_all()
+        index_json = result.get("index_json")
+        record = InputRecord(
+            input_id=result["input_id"], source=result.get("source") or "", input_sha256=result.get("input_sha256"),
+            status=result["status"], stage=result.get("stage"), error_type=result.get("error_type"),
+            reason=result.get("reason"), message=result.get("message"), dedupe_key=result.get("dedupe_key"),
+            num_rows=result.get("num_rows") or 0, index_rows=json.loads(index_json) if index_json else None)
+        self.add_input(record, rows)
 
     def _add_table(self, input_id: str, table: pa.Table, index_rows: list[dict] | None = None) -> None:
         """Queue one input's rows. ``index_rows`` (row offsets relative to the input) come from parsers whose

@@ -106,15 +106,15 @@ def test_unexpected_exceptions_are_recorded_not_fatal(monkeypatch):
     """A parser bug on one input becomes a loud quarantine record, never a crashed job."""
     import pyarrow as pa
 
-    actor = ParseInputs(source="metamon", formats=[])
+    actor = ParseInputs(ParseConfig(source="metamon", input="unused", out="unused"))
 
     def broken(*_):
         raise ZeroDivisionError("bug")
 
-    monkeypatch.setattr(actor, "_parse_one", broken)
-    out = actor(pa.table({"input_id": ["x"], "payload": [b"1"], "read_error": [None]})).to_pylist()
-    assert out[0]["status"] == "quarantined" and out[0]["reason"] == "parser_bug"
-    assert "ZeroDivisionError" in out[0]["message"]
+    monkeypatch.setattr(actor.parser, "parse", broken)
+    [out] = actor.parse_batch(pa.table({"input_id": ["x"], "payload": [b"1"], "read_error": [None]})).records
+    assert out.status == "quarantined" and out.reason == "parser_bug"
+    assert "ZeroDivisionError" in out.message
 
 
 @pytest.mark.parametrize("compression", ["none", "zstd", "snappy"])
@@ -124,7 +124,7 @@ def test_fuzzed_parquet_tables_never_crash_the_read_stage(tmp_path, compression)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipelines.parse_replays import _plan_row_groups, _read_row_group
+    from pipelines.sources.replays import plan_row_groups, read_row_group
 
     n = 6
     table = pa.table({"id": [f"b{i}" for i in range(n)], "format": ["[Gen 1] OU"] * n,
@@ -137,8 +137,8 @@ def test_fuzzed_parquet_tables_never_crash_the_read_stage(tmp_path, compression)
     for i, mutated in enumerate(_mutations(clean.read_bytes(), rng, 60)):
         path = tmp_path / f"m{i}.parquet"
         path.write_bytes(mutated)
-        items = _plan_row_groups([str(path)], "hf-raw", [])
-        rows = [row for item in items for row in _read_row_group(item)]
+        items = plan_row_groups([str(path)], "hf-raw", [])
+        rows = [row for item in items for row in read_row_group(item)]
         assert all((r["payload"] is None) != (r["read_error"] is None) for r in rows)
         assert all(r["input_id"].startswith(path.name) for r in rows)
         outcomes.add("footer" if items and items[0]["row_group"] is None else

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from conftest import shared_data
 
-from pipelines.parse_replays import ParseConfig, _read_row_group, run
+from pipelines.parse_replays import ParseConfig, run
+from pipelines.sources.replays import read_row_group
 from shards_schema.reader import open_version
 
 REPLAYS = ("smogtours-gen1ou-733374.json", "smogtours-gen9ou-733546.json")
@@ -85,7 +86,7 @@ def test_corrupt_tables_are_quarantined_and_the_job_finishes(ray_local, tmp_path
 
 
 def _item(path: Path, row_group: int, formats=()) -> dict:
-    return {"path": str(path), "row_group": row_group, "source": "hf-raw", "formats": list(formats),
+    return {"uri": str(path), "row_group": row_group, "source": "hf-raw", "formats": list(formats),
             "read_error": None}
 
 
@@ -108,7 +109,7 @@ def test_a_row_whose_id_does_not_decode_is_named_by_its_place(tmp_path):
     path = tmp_path / "t.parquet"
     _small_table(path, ["gen1ou"] * 4)
     _damage_value(path, 1, "id", b"x3", 0, b"\xff")
-    rows = _read_row_group(_item(path, 1))
+    rows = read_row_group(_item(path, 1))
     assert [(r["input_id"], r["read_error"] is None) for r in rows] == [("t.parquet::x2", True),
                                                                         ("t.parquet#rg1:row1", False)]
     assert "column id" in rows[1]["read_error"] and rows[1]["payload"] is None
@@ -119,8 +120,8 @@ def test_a_bad_row_of_a_format_not_asked_for_is_not_an_input(tmp_path):
     path = tmp_path / "t.parquet"
     _small_table(path, ["gen1ou", "gen1ou", "gen1ou", "gen9ou"])
     _damage_value(path, 1, "log", b"|log3", 1, b"\xff")
-    assert [r["input_id"] for r in _read_row_group(_item(path, 1, ["gen1ou"]))] == ["t.parquet::x2"]
-    bad = _read_row_group(_item(path, 1, ["gen9ou"]))
+    assert [r["input_id"] for r in read_row_group(_item(path, 1, ["gen1ou"]))] == ["t.parquet::x2"]
+    bad = read_row_group(_item(path, 1, ["gen9ou"]))
     assert [r["input_id"] for r in bad] == ["t.parquet::x3"] and "column log" in bad[0]["read_error"]
 
 
@@ -129,5 +130,5 @@ def test_page_checksums_are_verified(tmp_path):
     path = tmp_path / "t.parquet"
     _small_table(path, ["gen1ou"] * 2, write_page_checksum=True)
     _damage_value(path, 0, "log", b"|log1", 1, b"b")
-    rows = _read_row_group(_item(path, 0))
+    rows = read_row_group(_item(path, 0))
     assert [r["input_id"] for r in rows] == ["t.parquet#rg0"] and "CRC" in rows[0]["read_error"]

@@ -10,7 +10,7 @@ import lz4.frame
 import pyarrow as pa
 from conftest import shared_data
 
-from pipelines.parse_replays import ParseConfig, ParseInputs, _read_metamon, run
+from pipelines.parse_replays import ParseConfig, ParseInputs, run
 from pipelines.pokemon.dex import load_dex
 from pipelines.pokemon.spectator import spectator_trajectories
 from pipelines.sources import metamon
@@ -39,11 +39,10 @@ def _metamon_files(ending: str) -> dict[str, bytes]:
 
 def _results(read_rows: list[dict]) -> dict[str, set[str]]:
     """input id → results of its rows, through the parse stage's actor class (no Ray needed)."""
-    parse = ParseInputs("metamon", [])
-    out = parse(pa.Table.from_pylist(read_rows))
-    assert set(out.column("status").to_pylist()) == {"written"}
-    ipc = next(b for b in out.column("turns_ipc").to_pylist() if b)
-    table = pa.ipc.open_stream(ipc).read_all()
+    parse = ParseInputs(ParseConfig(source="metamon", input="unused", out="unused"))
+    out = parse.parse_batch(pa.Table.from_pylist(read_rows))
+    assert {r.status for r in out.records} == {"written"}
+    table = out.rows
     results: dict[str, set[str]] = {}
     for battle, player, result in zip(table["battle_id"].to_pylist(), table["player_name"].to_pylist(),
                                       table["result"].to_pylist(), strict=True):
@@ -60,7 +59,8 @@ def test_archive_members_of_a_tie_are_read_as_a_tie(tmp_path):
             path = tmp_path / name
             path.write_bytes(payload)
             tar.add(path, arcname=f"gen1ou/{name}")
-    rows = _read_metamon({"path": str(archive), "root": str(tmp_path)})
+    rows = metamon.MetamonSource(ParseConfig(source="metamon", input=str(tmp_path), out="unused")).read(
+        {"uri": str(archive), "root": str(tmp_path)})
     facts = {r["input_id"].split("_")[0].split("/")[-1]: r["facts_json"] for r in rows}
     assert facts == {"smogtours-gen1ou-733374t": '{"result": "tie"}', "smogtours-gen1ou-733374w": None}
     assert _results(rows) == {

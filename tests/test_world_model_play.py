@@ -61,7 +61,8 @@ def frames_version(tmp_path_factory):
     """A melee_frames version of two shared replays made by the parse job's own stages (its parse actor class and
     its ShardWriter), called in process without Ray Data: the job on Ray took 28 s for these two replays on the
     shared 2-core machine, this takes about 1 s."""
-    from pipelines.parse_replays import RESULT_SCHEMA, ParseInputs
+    from pipelines.parse_replays import ParseConfig, ParseInputs
+    from pipelines.sources.slp import SlpConfig
     from pipelines.writer import FRAME_PARQUET_OPTIONS, ShardWriter
     from shards_schema.melee import FRAMES_SCHEMA, GAMES_SCHEMA
     from shards_schema.reader import open_version
@@ -73,13 +74,13 @@ def frames_version(tmp_path_factory):
         pytest.skip(f"{GAMES} are not all in {root}")
     batch = pa.table({"input_id": list(GAMES), "payload": [p.read_bytes() for p in paths],
                       "read_error": pa.nulls(len(paths), pa.string())})
-    results = ParseInputs(source="slp", formats=[], min_frames=0, allow_cpu=True)(batch)
-    assert results.schema.equals(RESULT_SCHEMA)
+    cfg = ParseConfig(source="slp", out="unused", slp=SlpConfig(min_frames=0, allow_cpu=True))
+    results = ParseInputs(cfg).parse_batch(batch)
+    assert [r.status for r in results.records] == ["written"] * len(GAMES)
     writer = ShardWriter(out_root=tmp_path_factory.mktemp("frames"), dataset="melee_frames", schema=FRAMES_SCHEMA,
                          index_schema=GAMES_SCHEMA, code=MELEE_FRAMES, shard_size_bytes=1 << 26,
                          parquet_options=FRAME_PARQUET_OPTIONS)
-    for result in results.to_pylist():
-        writer.add_result(result)
+    writer.add_batch(results)
     return open_version(writer.publish(source="slp", source_revision=None, config={"test": "play"}).path)
 
 

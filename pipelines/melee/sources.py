@@ -1,10 +1,11 @@
 """Where Slippi replays come from: loose ``.slp`` files, archives of them read member by member (``.zip``,
-``.7z``, ``.tar``, ``.tar.gz``; never unpacked to disk), a Hugging Face dataset at a pinned revision, or synthetic
-games for the no-download demo."""
+``.7z``, ``.tar``, ``.tar.gz``; never unpacked to disk), from a local folder or any storage URI (``s3://``,
+``hf://datasets/...``), a Hugging Face dataset mirrored at a pinned revision, or synthetic games for the
+no-download demo. The job's ``slp`` source (``pipelines/sources/slp.py``) plans and reads with these."""
 
 from __future__ import annotations
 
-import os
+import contextlib
 import tarfile
 import zipfile
 import zlib
@@ -12,7 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from pipelines.sources import has_suffix, list_files
+from pipelines.sources import has_suffix, input_id, list_files
+from shards_schema import storage
 
 REPLAY = (".slp",)
 ARCHIVES = (".zip", ".7z", ".tar", ".tar.gz", ".tgz")
@@ -21,7 +23,7 @@ REST = "<rest of archive>"
 
 
 class Member(NamedTuple):
-    """One input as read: a loose file or one archive member (see ``parse_replays.read_row``)."""
+    """One input as read: a loose file or one archive member (see ``pipelines.stages.read_row``)."""
 
     input_id: str
     data: bytes | None = None
@@ -29,33 +31,28 @@ class Member(NamedTuple):
     filter_reason: str | None = None
 
 
-HUB_BOOKKEEPING = Path(".cache") / "huggingface"
+def list_inputs(root: str | Path) -> list[str]:
+    """Every file under ``root`` (a local path or URI), sorted: replays and archives are read; anything else
+    becomes a row filtered as ``not_a_replay``, so a file the job does not read is counted, not left out without
+    trace (``--download``'s ``.cache/huggingface`` bookkeeping is not an input)."""
+    return list_files(str(root), None)
 
 
-def list_inputs(root: Path) -> list[str]:
-    """Every file under ``root``: replays and archives are read; anything else becomes a row filtered as
-    ``not_a_replay``, so a file the job does not read is counted, not left out without trace. Not inputs: the
-    ``.cache/huggingface`` folder that ``--download`` (``hf_hub_download(local_dir=...)``) keeps its download
-    metadata and locks in."""
-    bookkeeping = str(Path(root) / HUB_BOOKKEEPING) + os.sep
-    return [p for p in list_files(root, None) if not p.startswith(bookkeeping)]
-
-
-def iter_path(path: str, root: str) -> Iterator[Member]:
-    """The inputs of one listed file: the file itself, or each member of an archive (directories in archives are
-    not inputs). A member that cannot be read is recorded under its own name and the next ones are read, as far as
-    the archive's format allows."""
-    rel = os.path.relpath(path, root) if os.path.isdir(root) else os.path.basename(path)
-    if has_suffix(path, (".zip",)):
-        yield from _iter_zip(path, rel)
-    elif has_suffix(path, (".7z",)):
-        yield from _iter_7z(path, rel)
-    elif has_suffix(path, (".tar", ".tar.gz", ".tgz")):
-        yield from _iter_tar(path, rel)
-    elif has_suffix(path, REPLAY):
+def iter_path(uri: str, root: str) -> Iterator[Member]:
+    """The inputs of one listed file (a local path or URI): the file itself, or each member of an archive
+    (directories in archives are not inputs). A member that cannot be read is recorded under its own name and the
+    next ones are read, as far as the archive's format allows. Archives are opened for random access through a
+    read buffer (a zip's directory is at its end; a damaged tar region is stepped over by seeking)."""
+    rel = input_id(uri, root)
+    if has_suffix(uri, (".zip",)):
+        yield from _iter_zip(uri, rel)
+    elif has_suffix(uri, (".7z",)):
+        yield from _iter_7z(uri, rel)
+    elif has_suffix(uri, (".tar", ".tar.gz", ".tgz")):
+        yield from _iter_tar(uri, rel)
+    elif has_suffix(uri, REPLAY):
         try:
-            with open(path, "rb") as fh:
-                yield Member(rel, fh.read())
+            yield Member(rel, storage.read_bytes(uri))
         except OSError as err:
             yield Member(rel, read_error=_describe(err))
     else:
@@ -72,27 +69,28 @@ def _unread(rel: str, name: str) -> Member | None:
 
 
 def _iter_zip(path: str, rel: str) -> Iterator[Member]:
-    try:
-        archive = zipfile.ZipFile(path)
-    # No readable central directory (or one naming a zip version, or a file name, Python cannot read): no member
-    # can be listed.
-    except (OSError, EOFError, zipfile.BadZipFile, NotImplementedError, ValueError) as err:
-        yield Member(f"{rel}::{REST}", read_error=f"the zip cannot be opened: {_describe(err)}")
-        return
-    with archive:
-        for info in sorted(archive.infolist(), key=lambda i: i.filename):
-            if info.is_dir():
-                continue
-            if (skip := _unread(rel, info.filename)) is not None:
-                yield skip
-                continue
-            # The central directory gives every member its own offset, size and CRC, so one damaged member (bad
-            # CRC, broken deflate data, an unsupported method or a password) leaves the others readable.
-            try:
-                yield Member(f"{rel}::{info.filename}", archive.read(info))
-            except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError,
-                    ValueError) as err:
-                yield Member(f"{rel}::{info.filename}", read_error=_describe(err))
+    with contextlib.ExitStack() as files:  # closes the buffered file the archive reads
+        try:
+            archive = zipfile.ZipFile(files.enter_context(storage.open_buffered(path)))
+        # No readable central directory (or one naming a zip version, or a file name, Python cannot read): no member
+        # can be listed.
+        except (OSError, EOFError, zipfile.BadZipFile, NotImplementedError, ValueError) as err:
+            yield Member(f"{rel}::{REST}", read_error=f"the zip cannot be opened: {_describe(err)}")
+            return
+        with archive:
+            for info in sorted(archive.infolist(), key=lambda i: i.filename):
+                if info.is_dir():
+                    continue
+                if (skip := _unread(rel, info.filename)) is not None:
+                    yield skip
+                    continue
+                # The central directory gives every member its own offset, size and CRC, so one damaged member (bad
+                # CRC, broken deflate data, an unsupported method or a password) leaves the others readable.
+                try:
+                    yield Member(f"{rel}::{info.filename}", archive.read(info))
+                except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError,
+                        ValueError) as err:
+                    yield Member(f"{rel}::{info.filename}", read_error=_describe(err))
 
 
 _TAR_ERRORS = (OSError, EOFError, tarfile.TarError, zlib.error, KeyError)
@@ -106,35 +104,38 @@ def _iter_tar(path: str, rel: str) -> Iterator[Member]:
     region it stepped over is reported as a damaged member. A gzip stream that is cut or corrupt cannot be read past
     the damage (deflate has no resync points and the tar headers after it are in the lost bytes), so what follows
     is recorded as one ``<rest of archive>`` input."""
-    try:
-        archive = tarfile.open(path, mode="r:*", ignore_zeros=True)
-    except _TAR_ERRORS as err:
-        yield Member(f"{rel}::{REST}", read_error=f"the archive cannot be opened: {_describe(err)}")
-        return
-    with archive:
-        member_id, expected = None, 0  # the member being read; where the next header should start
+    with contextlib.ExitStack() as files:  # closes the buffered file the archive reads
         try:
-            for member in archive:
-                if member.offset > expected:
-                    yield from _damaged_tar_region(archive, rel, expected, member.offset)
-                expected = archive.offset
-                if member.isdir():
-                    continue
-                if (skip := _unread(rel, member.name)) is not None:
-                    yield skip
-                    continue
-                member_id = f"{rel}::{member.name}"
-                handle = archive.extractfile(member)  # regular files and links to them; None for devices
-                if handle is None:
-                    yield Member(member_id, filter_reason=NOT_A_REPLAY)
-                else:
-                    yield Member(member_id, handle.read())
-                member_id = None
-            yield from _damaged_tar_region(archive, rel, expected, None)
+            archive = tarfile.open(fileobj=files.enter_context(storage.open_buffered(path)), mode="r:*",
+                                   ignore_zeros=True)
         except _TAR_ERRORS as err:
-            if member_id is not None:
-                yield Member(member_id, read_error=_describe(err))
-            yield Member(f"{rel}::{REST}", read_error=f"the archive cannot be read past this point: {_describe(err)}")
+            yield Member(f"{rel}::{REST}", read_error=f"the archive cannot be opened: {_describe(err)}")
+            return
+        with archive:
+            member_id, expected = None, 0  # the member being read; where the next header should start
+            try:
+                for member in archive:
+                    if member.offset > expected:
+                        yield from _damaged_tar_region(archive, rel, expected, member.offset)
+                    expected = archive.offset
+                    if member.isdir():
+                        continue
+                    if (skip := _unread(rel, member.name)) is not None:
+                        yield skip
+                        continue
+                    member_id = f"{rel}::{member.name}"
+                    handle = archive.extractfile(member)  # regular files and links to them; None for devices
+                    if handle is None:
+                        yield Member(member_id, filter_reason=NOT_A_REPLAY)
+                    else:
+                        yield Member(member_id, handle.read())
+                    member_id = None
+                yield from _damaged_tar_region(archive, rel, expected, None)
+            except _TAR_ERRORS as err:
+                if member_id is not None:
+                    yield Member(member_id, read_error=_describe(err))
+                yield Member(f"{rel}::{REST}",
+                             read_error=f"the archive cannot be read past this point: {_describe(err)}")
 
 
 def _damaged_tar_region(archive: tarfile.TarFile, rel: str, start: int, end: int | None) -> Iterator[Member]:
@@ -177,7 +178,7 @@ def _iter_7z(path: str, rel: str) -> Iterator[Member]:
     import py7zr
 
     try:
-        with py7zr.SevenZipFile(path) as archive:
+        with storage.open_buffered(path) as fh, py7zr.SevenZipFile(fh) as archive:
             entries = sorted((f.filename, f.is_directory) for f in archive.files)
     except Exception as err:  # noqa: BLE001 - py7zr raises struct/LZMA/index errors on a damaged header too
         yield Member(f"{rel}::{REST}", read_error=f"the 7z cannot be opened: {_describe(err)}")
@@ -255,7 +256,7 @@ def _extract_7z(path: str, rel: str, targets: list[str], unchecked: set[str], do
 
     def extract():
         try:
-            with py7zr.SevenZipFile(path) as archive:
+            with storage.open_buffered(path) as fh, py7zr.SevenZipFile(fh) as archive:
                 for f in archive.files:
                     if f.filename in unchecked:
                         # file_properties() is the archive's own record of the member: without a digest py7zr

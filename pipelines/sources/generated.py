@@ -16,10 +16,38 @@ from dataclasses import dataclass
 
 from pipelines.errors import InvalidJsonError, InvalidRecordError, SimulatorError
 from pipelines.pokemon.dex import REPO_ROOT, SHOWDOWN_VERSION, Dex, showdown_dir
+from pipelines.pokemon.parser import PokemonParser
 from pipelines.pokemon.pov import pov_trajectory
+from pipelines.stages import Parsed, Plan, Source, read_row, register_parser, register_source
 
 GENERATOR = REPO_ROOT / "pipelines" / "showdown" / "generate_battles.js"
 POLICIES = ("random", "heuristic")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GeneratedConfig:
+    """Inputs made by the job itself: simulator battles (``--source generated``), and the synthetic games of
+    ``--source slp`` without ``--input``.
+
+    Attributes:
+        num_battles: battles per format, or synthetic games.
+        seed: seed of every battle or game.
+        p1: policy of player 1 (random or heuristic).
+        p2: policy of player 2 (random or heuristic).
+        battles_per_chunk: battles per simulator process.
+    """
+
+    num_battles: int = 100
+    seed: int = 0
+    p1: str = "heuristic"
+    p2: str = "random"
+    battles_per_chunk: int = 25
+
+    def __post_init__(self):
+        if self.p1 not in POLICIES or self.p2 not in POLICIES:
+            raise ValueError(f"--p1/--p2 must be one of {POLICIES}")
+        if self.num_battles < 0 or self.battles_per_chunk < 1:
+            raise ValueError("need --num-battles >= 0 and --battles-per-chunk >= 1")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,3 +122,40 @@ def parse(input_id: str, payload: bytes, dexes: dict[int, Dex], formats: frozens
 
     dex = dexes[gen_of_format(record["format"])]
     return pov_trajectory(record, "p1", dex) + pov_trajectory(record, "p2", dex), None
+
+
+@register_source("generated")
+class GeneratedSource(Source):
+    """Battles the simulator plays for this job: no input, no download. Each read task runs one Node process for
+    a chunk of battles (at most ``--num-parse-actors`` at once)."""
+
+    parser = "generated"
+    max_read_blocks = None
+    bounded_reads = True
+    needs_input = False
+    default_formats = ("gen9randombattle", "gen1ou")
+    showdown: str | None = None
+
+    def plan(self) -> Plan:
+        g = self.cfg.generated
+        self.showdown = str(showdown_dir())  # found on the driver, handed to the read tasks with this source
+        return Plan(chunks(self.cfg.effective_formats, g.num_battles, g.seed, g.p1, g.p2, g.battles_per_chunk),
+                    generator_revision())
+
+    def read(self, item: dict) -> list[dict]:
+        return [read_row(bid, line) for bid, line in generate(item, self.showdown)]
+
+    def output_config(self) -> dict:
+        g = self.cfg.generated
+        return {"num_battles": g.num_battles, "seed": g.seed, "p1": g.p1, "p2": g.p2}
+
+
+@register_parser("generated")
+class GeneratedParser(PokemonParser):
+    """A generated battle's record → both players' trajectories. Battles are unique by construction."""
+
+    def parse(self, input_id: str, payload: bytes, sha256: str, facts: dict) -> Parsed:
+        return Parsed(*parse(input_id, payload, self.dexes, self.formats))
+
+    def dedupe_key(self, parsed: Parsed) -> str | None:
+        return None

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import tarfile
 from collections.abc import Iterator
@@ -40,8 +39,11 @@ from pipelines.errors import (
     UnknownFormatError,
 )
 from pipelines.pokemon.dex import TYPELESS, to_id
+from pipelines.pokemon.parser import PokemonParser
 from pipelines.pokemon.trajectory import TrajectoryMeta, build_rows, derived_mask
-from pipelines.sources import has_suffix, list_files
+from pipelines.sources import has_suffix, input_id, is_hub, list_files, local_root, pin_hub_input
+from pipelines.stages import Parsed, Plan, Source, read_row, register_parser, register_source
+from shards_schema import storage
 
 HUB_REPO = "jakegrigsby/metamon-parsed-replays"
 HUB_REVISION = "v1"
@@ -104,12 +106,10 @@ def tie_names(names: list[str]) -> set[str]:
     return out
 
 
-def list_inputs(root: Path) -> list[str]:
-    """Every file under ``root`` (or ``root`` itself), sorted: ``.json.lz4`` files and archives are read, anything
-    else is counted as filtered ``not_a_replay``. Not inputs: the ``.cache/huggingface`` folder in which
-    ``--download`` (``hf_hub_download(local_dir=...)``) keeps its metadata and locks."""
-    bookkeeping = str(Path(root) / ".cache" / "huggingface") + os.sep
-    return [p for p in list_files(root, None) if not p.startswith(bookkeeping)]
+def list_inputs(root: str) -> list[str]:
+    """Every file under ``root`` (a local path or URI; or ``root`` itself), sorted: ``.json.lz4`` files and
+    archives are read, anything else is counted as filtered ``not_a_replay``."""
+    return list_files(root, None)
 
 
 def is_archive(path: str) -> bool:
@@ -121,22 +121,24 @@ def is_replay(path: str) -> bool:
     return has_suffix(path, (".json.lz4",))
 
 
-def iter_archive(path: str) -> Iterator[tuple[str, bytes | None, str | None, str | None]]:
-    """(member id, bytes or None, read error, filter reason) for each file member, streaming the archive once; a
-    member that is not a ``.json.lz4`` file is filtered ``not_a_replay``."""
+def iter_archive(uri: str) -> Iterator[tuple[str, bytes | None, str | None, str | None]]:
+    """(member id, bytes or None, read error, filter reason) for each file member, streaming the archive once
+    (from any storage: a tar is read front to back); a member that is not a ``.json.lz4`` file is filtered
+    ``not_a_replay``."""
+    archive = storage.name(uri)
     try:
-        with tarfile.open(path, mode="r|*") as tar:
+        with storage.open_stream(uri) as stream, tarfile.open(fileobj=stream, mode="r|*") as tar:
             for member in tar:
                 if not member.isfile():
                     continue
-                member_id = f"{Path(path).name}::{member.name}"
+                member_id = f"{archive}::{member.name}"
                 if not is_replay(member.name):
                     yield member_id, None, None, NOT_A_REPLAY
                     continue
                 handle = tar.extractfile(member)
                 yield member_id, handle.read() if handle else None, None, None
     except (tarfile.TarError, EOFError, OSError) as err:  # a cut archive: keep what was read, record the rest
-        yield f"{Path(path).name}::<rest of archive>", None, f"{type(err).__name__}: {err}", None
+        yield f"{archive}::<rest of archive>", None, f"{type(err).__name__}: {err}", None
 
 
 def download(formats: list[str], out_dir: Path, revision: str = HUB_REVISION) -> Path:
@@ -313,3 +315,64 @@ def parse(input_id: str, payload: bytes, formats: frozenset[str] | None, known_f
 
 def sha256(payload: bytes) -> str:
     return hashlib.sha256(payload).hexdigest()
+
+
+@register_source("metamon")
+class MetamonSource(Source):
+    """Metamon's files under ``--input`` (a folder, file or URI; ``hf://datasets/jakegrigsby/metamon-parsed-
+    replays@<rev>`` reads the hub in place), or the asked formats' archives fetched into the local ``--input``
+    with ``--download``. One read task per archive or loose file."""
+
+    parser = "metamon"
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        super().check(cfg)
+        if cfg.download and not cfg.formats:
+            raise ValueError("--download needs --formats: the hub holds one archive per format")
+
+    def plan(self) -> Plan:
+        cfg, root, revision = self.cfg, self.cfg.input, None
+        if cfg.download:
+            revision = cfg.revision or HUB_REVISION
+            root = local_root(cfg.input, "--source metamon")
+            download(cfg.effective_formats, Path(root), revision)
+            revision = f"{HUB_REPO}@{revision}"
+        elif is_hub(root):
+            root, revision = pin_hub_input(root, cfg.revision, HUB_REVISION)
+        uris = list_inputs(root)
+        if cfg.formats:  # skip archives of other formats without opening them; loose files are filtered by content
+            uris = [u for u in uris if not is_archive(u) or any(
+                storage.name(u).split(".")[0].lower() == f for f in cfg.formats)]
+        ties = tie_names([u for u in uris if not is_archive(u)])
+        items = [{"uri": u, "root": root, **({"facts": {"result": "tie"}} if u in ties else {})} for u in uris]
+        return Plan(items, revision)
+
+    def read(self, item: dict) -> list[dict]:
+        """One archive (all its members) or one loose file. A tie is seen only with both players' files, so it
+        is decided here for an archive's members and by the driver for loose files (``item["facts"]``). A file
+        or member that is not a Metamon file is a row filtered ``not_a_replay``."""
+        uri = item["uri"]
+        if is_archive(uri):
+            members = list(iter_archive(uri))
+            ties = tie_names([mid for mid, _, err, skip in members if err is None and skip is None])
+            return [read_row(mid, data, read_error=err, filter_reason=skip,
+                             facts={"result": "tie"} if mid in ties else None) for mid, data, err, skip in members]
+        rel = input_id(uri, item["root"])
+        if not is_replay(uri):
+            return [read_row(rel, filter_reason=NOT_A_REPLAY)]
+        try:
+            return [read_row(rel, storage.read_bytes(uri), facts=item.get("facts"))]
+        except OSError as err:
+            return [read_row(rel, read_error=f"{type(err).__name__}: {err}")]
+
+
+@register_parser("metamon")
+class MetamonParser(PokemonParser):
+    """A Metamon file → one player's trajectory; a trajectory is written once (``trajectory_id``)."""
+
+    def parse(self, input_id: str, payload: bytes, sha256: str, facts: dict) -> Parsed:
+        return Parsed(*parse(input_id, payload, self.formats, self.known_formats, facts))
+
+    def dedupe_key(self, parsed: Parsed) -> str | None:
+        return parsed.rows[0]["trajectory_id"]

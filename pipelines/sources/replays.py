@@ -18,10 +18,15 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pyarrow as pa
+
 from pipelines.errors import InvalidJsonError, InvalidRecordError, UnknownFormatError
 from pipelines.pokemon.dex import Dex, gen_of_format, to_id
+from pipelines.pokemon.parser import PokemonParser
 from pipelines.pokemon.spectator import spectator_trajectories
-from pipelines.sources import list_files
+from pipelines.sources import input_id, is_hub, list_files, local_root, pin_hub_input
+from pipelines.stages import Parsed, Plan, Source, read_row, register_parser, register_source
+from shards_schema import storage
 
 HUB = {
     "hf-raw": ("jakegrigsby/metamon-raw-replays", "v1"),
@@ -34,6 +39,26 @@ COLUMNS = {
     "pokechamp": ["battle_id", "gamemode", "elo", "month_year", "text"],
 }
 FORMAT_COLUMN = {"hf-raw": "formatid", "pokechamp": "gamemode"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayFilterConfig:
+    """Which public replays to keep (showdown-json, hf-raw, pokechamp).
+
+    Attributes:
+        min_rating: keep battles rated at least this (unrated ones are dropped when set).
+        date_from: keep battles from this day on (YYYY-MM-DD).
+        date_to: keep battles up to this day (YYYY-MM-DD).
+    """
+
+    min_rating: int | None = None
+    date_from: str = ""
+    date_to: str = ""
+
+    def __post_init__(self):
+        for day in (self.date_from, self.date_to):
+            if day and not (len(day) == 10 and day[4] == day[7] == "-" and day.replace("-", "").isdigit()):
+                raise ValueError(f"dates are YYYY-MM-DD, got {day!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,14 +214,6 @@ def parse(source: str, payload: bytes, dexes: dict[int, Dex], filters: ReplayFil
                                   rating=replay.rating, names=replay.players), None
 
 
-def list_json(root: Path) -> list[str]:
-    return list_files(root, (".json",))
-
-
-def list_parquet(root: Path) -> list[str]:
-    return list_files(root, (".parquet",))
-
-
 def download(source: str, out_dir: Path, revision: str | None, formats: list[str]) -> str:
     """Fetch a hub table's Parquet files (only those of the asked formats when the file names tell) at a
     revision; returns the commit the revision resolved to. huggingface_hub resumes partial downloads."""
@@ -211,3 +228,171 @@ def download(source: str, out_dir: Path, revision: str | None, formats: list[str
     for name in named or files:  # names that do not tell the format: fetch all, filter rows when reading
         hf_hub_download(repo_id=repo, repo_type="dataset", filename=name, revision=info.sha, local_dir=str(out_dir))
     return info.sha
+
+
+# ---------------------------------------------------------------------------- sources
+class _ReplaySource(Source):
+    parser = "replays"
+
+    def output_config(self) -> dict:
+        r = self.cfg.replays
+        return {"min_rating": r.min_rating, "date_from": r.date_from, "date_to": r.date_to}
+
+
+@register_source("showdown-json")
+class ShowdownJsonSource(_ReplaySource):
+    """Replay JSON files under ``--input`` (a folder, file or URI); one read task per file."""
+
+    def plan(self) -> Plan:
+        root = self.cfg.input
+        return Plan([{"uri": u, "root": root} for u in list_files(root, (".json",))], None)
+
+    def read(self, item: dict) -> list[dict]:
+        rel = input_id(item["uri"], item["root"])
+        try:
+            return [read_row(rel, storage.read_bytes(item["uri"]))]
+        except OSError as err:
+            return [read_row(rel, read_error=f"{type(err).__name__}: {err}")]
+
+
+class _TableSource(_ReplaySource):
+    """A replay table's Parquet files under ``--input`` (a folder, file or URI; ``hf://datasets/<repo>@<rev>``
+    reads the hub in place at that commit), or fetched into the local ``--input`` with ``--download``. One read
+    task per row group, planned from the footers on the driver."""
+
+    max_read_blocks = 1000
+
+    def plan(self) -> Plan:
+        cfg, root, revision = self.cfg, self.cfg.input, None
+        repo, default_revision = HUB[self.name]
+        if cfg.download:
+            root = local_root(cfg.input, f"--source {self.name}")
+            sha = download(self.name, Path(root), cfg.revision or None, cfg.effective_formats)
+            revision = f"{repo}@{sha}"
+        elif is_hub(root):
+            root, revision = pin_hub_input(root, cfg.revision, default_revision)
+        uris = list_files(root, (".parquet",))
+        if not uris:
+            raise FileNotFoundError(f"no .parquet files under --input {root}")
+        return Plan(plan_row_groups(uris, self.name, cfg.effective_formats), revision)
+
+    def read(self, item: dict) -> list[dict]:
+        return read_row_group(item)
+
+
+@register_source("hf-raw")
+class HfRawSource(_TableSource):
+    __doc__ = _TableSource.__doc__
+
+
+@register_source("pokechamp")
+class PokechampSource(_TableSource):
+    __doc__ = _TableSource.__doc__
+
+
+def plan_row_groups(uris: list[str], source: str, formats: list[str]) -> list[dict]:
+    """One read task per row group, planned from the footers: streamed, bounded by the row-group size, ordered.
+    A file whose footer cannot be read (truncated, damaged) is one task that quarantines the file."""
+    import pyarrow.parquet as pq
+
+    items = []
+    for uri in uris:
+        task = {"uri": uri, "source": source, "formats": formats, "read_error": None}
+        try:
+            with storage.open_input(uri) as fh:
+                num_row_groups = pq.ParquetFile(fh).num_row_groups
+        except (OSError, pa.ArrowException) as err:
+            items.append({**task, "row_group": None, "read_error": f"Parquet footer: {type(err).__name__}: {err}"})
+            continue
+        items.extend({**task, "row_group": g} for g in range(num_row_groups))
+    return items
+
+
+def read_row_group(item: dict) -> list[dict]:
+    """One Parquet row group of a replay table → one input per battle of the asked formats (its row as JSON).
+    Rows of other formats are not inputs of this job: the table is read for the asked ones.
+
+    Corrupt data becomes quarantined inputs at the finest grain that can be told apart: a file whose footer
+    could not be read is one input (its name; ``plan_row_groups`` found it while planning), a row group whose
+    pages cannot be read or decompressed is one (``file.parquet#rg3``), and a row holding bytes that are not
+    UTF-8 (a damaged uncompressed page) is one, named by its battle id when that still decodes
+    (``file.parquet#rg3:row1`` otherwise). Page checksums are verified where the file has them, which catches
+    damage that still decodes."""
+    import pyarrow.parquet as pq
+
+    source, formats = item["source"], set(item["formats"])
+    id_column, format_column = ("id" if source == "hf-raw" else "battle_id"), FORMAT_COLUMN[source]
+    name = storage.name(item["uri"])
+    if item.get("read_error") is not None:
+        return [read_row(name, read_error=item["read_error"])]
+    group = f"{name}#rg{item['row_group']}"
+    try:
+        with storage.open_input(item["uri"]) as fh:
+            table = pq.ParquetFile(fh, page_checksum_verification=True).read_row_group(
+                item["row_group"], columns=COLUMNS[source])
+    except (OSError, pa.ArrowException) as err:
+        return [read_row(group, read_error=f"row group {item['row_group']}: {type(err).__name__}: {err}")]
+    out = []
+    for i, row, error in _decoded_rows(table):
+        if error is not None:
+            battle, fmt = _cell(table, id_column, i), _cell(table, format_column, i)
+            if formats and fmt is not None and fmt not in formats:
+                continue
+            input_id_ = f"{name}::{battle}" if battle is not None else f"{group}:row{i}"
+            out.append(read_row(input_id_, read_error=f"row {i} of row group {item['row_group']}: {error}"))
+            continue
+        if formats and row.get(format_column) not in formats:
+            continue
+        out.append(read_row(f"{name}::{row.get(id_column)}", json.dumps(row, default=str, sort_keys=True).encode()))
+    return out
+
+
+def _decoded_rows(table: pa.Table):
+    """``(row number, row, None)`` per row, or ``(row number, None, why)`` for a row whose values are invalid:
+    one bad string makes ``to_pylist`` raise ``UnicodeDecodeError`` for the whole table, so a table that fails
+    full validation is converted row by row."""
+    try:
+        table.validate(full=True)
+    except pa.ArrowException:
+        pass
+    else:
+        yield from ((i, row, None) for i, row in enumerate(table.to_pylist()))
+        return
+    for i in range(table.num_rows):
+        one = table.slice(i, 1)
+        bad = []
+        for column in one.column_names:
+            try:
+                one.column(column).validate(full=True)
+            except pa.ArrowException as err:
+                bad.append(f"column {column}: {err}")
+        yield (i, None, "; ".join(bad)) if bad else (i, one.to_pylist()[0], None)
+
+
+def _cell(table: pa.Table, column: str, i: int):
+    """One value of a row that failed validation, or None where that value is itself invalid."""
+    try:
+        value = table.column(column)[i]
+        value.validate(full=True)
+        return value.as_py()
+    except (pa.ArrowException, UnicodeDecodeError):
+        return None
+
+
+# ---------------------------------------------------------------------------- parser
+@register_parser("replays")
+class ReplayParser(PokemonParser):
+    """A public replay (any of the three sources' records) → both players' trajectories; a battle is written
+    once (``battle_id``: the same battle may be in a JSON file and a table)."""
+
+    def __init__(self, cfg, source: str):
+        super().__init__(cfg, source)
+        r = cfg.replays
+        self.filters = ReplayFilters(formats=self.formats, min_rating=r.min_rating, date_from=r.date_from or None,
+                                     date_to=r.date_to or None)
+
+    def parse(self, input_id: str, payload: bytes, sha256: str, facts: dict) -> Parsed:
+        return Parsed(*parse(self.source, payload, self.dexes, self.filters, self.known_formats))
+
+    def dedupe_key(self, parsed: Parsed) -> str | None:
+        return parsed.rows[0]["battle_id"]

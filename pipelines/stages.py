@@ -1,0 +1,295 @@
+"""The parse job's stages and what passes between them: ``Source`` → ``Parser`` → shard writing.
+
+A ``Source`` plans work items on the driver (small picklable records: URIs, archive names, generation chunks),
+reads raw inputs in read tasks (``read_row`` per input: its bytes, or why it could not be read or is not parsed),
+and names its revision. A ``Parser`` turns one input's bytes into rows of its declared schema, or a filter reason,
+or raises a typed ``InputError``; one parser serves a family of sources (the three public-replay sources share
+one). Both are registered once, by name, in the module that defines them: every module of ``pipelines/sources/``
+is imported when the registry is first used, so a new source is one new module there.
+
+What the parse stage hands the writer is typed: one ``InputRecord`` per input, in input order, and the rows of
+the batch's written inputs as one Arrow table (``ParsedBatch``). Between Ray tasks a batch travels as one Arrow
+block (``ParsedBatch.to_arrow``): the records' columns plus a ``rows`` column holding each input's rows as a list
+of structs of the row schema, so no bytes are re-encoded on the way.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from pipelines.parse_replays import ParseConfig
+    from shards_schema.versions import CodeVersions
+
+
+# ---------------------------------------------------------------------------- source → parser
+def read_row(input_id: str, payload: bytes | None = None, *, read_error: str | None = None,
+             filter_reason: str | None = None, facts: dict | None = None) -> dict:
+    """One raw input as a read task hands it to the parse stage; every source builds its rows here.
+
+    Args:
+        input_id: the input's stable id (a path relative to --input, ``archive::member``, ``table::battle``).
+        payload: the input's bytes (None when it could not be read or is not parsed).
+        read_error: why the input could not be read (it is quarantined with stage ``read``).
+        filter_reason: why the source excludes this input without parsing it (e.g. ``not_a_replay``); counted
+            as filtered under that reason.
+        facts: what the source knows about the input that its bytes do not say (JSON-able), handed to the
+            parser.
+    """
+    return {"input_id": input_id, "payload": payload, "read_error": read_error, "filter_reason": filter_reason,
+            "facts_json": json.dumps(facts, sort_keys=True) if facts else None}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a source's driver-side planning found.
+
+    Attributes:
+        items: one small picklable record per read task, in the order inputs are written.
+        revision: what the inputs' bytes are pinned to (a hub commit, a generator version), or None.
+    """
+
+    items: list[dict]
+    revision: str | None
+
+
+class Source(ABC):
+    """Where raw inputs come from. Planned on the driver, read in Ray tasks (the instance is pickled into them, so
+    it holds only the config and small values), never parses.
+
+    Class attributes:
+        name: the ``--source`` value.
+        parser: the name of the registered ``Parser`` of its inputs.
+        max_read_blocks: at most this many Ray Data blocks of work items (None: one per item).
+        bounded_reads: at most ``--num-parse-actors`` read tasks at once (else Ray Data decides), for reads that
+            start processes of their own (the simulator).
+        needs_input: whether ``--input`` is required.
+        default_formats: formats used when ``--formats`` is empty (empty: every format).
+    """
+
+    name: ClassVar[str]
+    parser: ClassVar[str]
+    max_read_blocks: ClassVar[int | None] = 200
+    bounded_reads: ClassVar[bool] = False
+    needs_input: ClassVar[bool] = True
+    default_formats: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, cfg: ParseConfig):
+        self.cfg = cfg
+
+    @abstractmethod
+    def plan(self) -> Plan:
+        """On the driver: list the inputs (downloading first with ``--download``) into work items."""
+
+    @abstractmethod
+    def read(self, item: dict) -> list[dict]:
+        """In a read task: the ``read_row`` of each input of one work item."""
+
+    def output_config(self) -> dict:
+        """The config values that shape this source's output, beyond the common ones (they enter the version
+        name): each source names its own."""
+        return {}
+
+    @classmethod
+    def check(cls, cfg: ParseConfig) -> None:
+        """Cross-field checks of a config for this source; ValueError with the fix."""
+        if cls.needs_input and not cfg.input:
+            raise ValueError(f"--source {cls.name} needs --input (a folder, file or URI of inputs)")
+
+
+class Parsed(NamedTuple):
+    """One input's parse: its rows (dicts, or a table for columnar parsers), or the reason a filter dropped it;
+    ``index_rows`` are index rows the rows cannot tell (a Melee game's metadata, row offsets within the input)."""
+
+    rows: list[dict] | pa.Table | None
+    filter_reason: str | None = None
+    index_rows: list[dict] | None = None
+
+
+class Parser(ABC):
+    """Raw bytes of one input → rows of a declared schema. Constructed once per parse actor (expensive set-up
+    goes in ``__init__``); ``parse`` is a plain method, testable without Ray.
+
+    Class attributes:
+        name: registry key; sources name it.
+        schema, index_schema: the declared row and index schemas of its shard versions.
+        versions: the code versions written into the manifest.
+        parquet_options: pyarrow Parquet options of its shards (None: the writer's default).
+    """
+
+    name: ClassVar[str]
+    schema: ClassVar[pa.Schema]
+    index_schema: ClassVar[pa.Schema]
+    versions: ClassVar[CodeVersions]
+    parquet_options: ClassVar[dict | None] = None
+
+    def __init__(self, cfg: ParseConfig, source: str):
+        self.cfg, self.source = cfg, source
+
+    @classmethod
+    def schema_name(cls) -> str:
+        return cls.schema.metadata[b"replayforge.schema"].decode()
+
+    @abstractmethod
+    def parse(self, input_id: str, payload: bytes, sha256: str, facts: dict) -> Parsed:
+        """One input. Raises a typed ``pipelines.errors.InputError`` for bad input."""
+
+    @abstractmethod
+    def dedupe_key(self, parsed: Parsed) -> str | None:
+        """What must be unique among written inputs (a battle, a trajectory, a game's bytes), or None."""
+
+
+# ---------------------------------------------------------------------------- parser → writer
+@dataclass(frozen=True, kw_only=True)
+class InputRecord:
+    """The outcome of one input, as the parse stage hands it to the writer.
+
+    Attributes:
+        input_id: the input's stable id.
+        source: the source that read it.
+        input_sha256: sha256 of its bytes when they were read.
+        status: ``written``, ``filtered`` or ``quarantined``.
+        stage: where a dropped input stopped (``read``, ``decode``, ``parse``, ``validate``, ``filter``).
+        error_type: the typed error's class name, or ``filter``.
+        reason: the reason key counted in the manifest.
+        message: the human-readable reason.
+        dedupe_key: what must be unique among written inputs (None: nothing).
+        num_rows: rows of a written input.
+        index_rows: index rows its rows cannot tell (row offsets relative to the input), or None.
+    """
+
+    input_id: str
+    source: str
+    input_sha256: str | None = None
+    status: str = "written"
+    stage: str | None = None
+    error_type: str | None = None
+    reason: str | None = None
+    message: str | None = None
+    dedupe_key: str | None = None
+    num_rows: int = 0
+    index_rows: list[dict] | None = None
+
+    def dropped(self, status: str, *, stage: str, error_type: str, reason: str, message: str) -> InputRecord:
+        """This input filtered or quarantined instead of written."""
+        return InputRecord(input_id=self.input_id, source=self.source, input_sha256=self.input_sha256,
+                           status=status, stage=stage, error_type=error_type, reason=reason, message=message)
+
+
+_RECORD_COLUMNS = [
+    ("input_id", pa.string()), ("source", pa.string()), ("input_sha256", pa.string()), ("status", pa.string()),
+    ("stage", pa.string()), ("error_type", pa.string()), ("reason", pa.string()), ("message", pa.string()),
+    ("dedupe_key", pa.string()), ("num_rows", pa.int64()), ("index_json", pa.string()),
+]
+assert [name for name, _ in _RECORD_COLUMNS] == [
+    "index_json" if f.name == "index_rows" else f.name for f in fields(InputRecord)]
+
+
+def result_schema(row_schema: pa.Schema) -> pa.Schema:
+    """The Arrow block of a ``ParsedBatch``: one row per input, its rows nested as a list of row structs."""
+    return pa.schema([*_RECORD_COLUMNS, ("rows", pa.list_(pa.struct(list(row_schema))))])
+
+
+@dataclass(frozen=True)
+class ParsedBatch:
+    """The parse of consecutive inputs: their records in input order, and the rows of the written ones
+    concatenated in the same order (each written record's ``num_rows`` of them)."""
+
+    records: list[InputRecord]
+    rows: pa.Table
+
+    def __post_init__(self):
+        announced = sum(r.num_rows for r in self.records if r.status == "written")
+        if announced != self.rows.num_rows:
+            raise ValueError(f"records announce {announced} rows, the table holds {self.rows.num_rows}")
+
+    def to_arrow(self) -> pa.Table:
+        """One Arrow block: what a Ray Data batch function returns (the rows are nested, not copied)."""
+        offsets, at = [0], 0
+        for record in self.records:
+            at += record.num_rows if record.status == "written" else 0
+            offsets.append(at)
+        nested = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()),
+                                          self.rows.to_struct_array().combine_chunks())
+        records = [asdict(r) for r in self.records]
+        for r in records:
+            index_rows = r.pop("index_rows")
+            r["index_json"] = json.dumps(index_rows) if index_rows else None
+        columns = pa.Table.from_pylist(records, schema=pa.schema(_RECORD_COLUMNS))
+        return columns.append_column(pa.field("rows", nested.type), nested)
+
+    @classmethod
+    def from_arrow(cls, block: pa.Table, row_schema: pa.Schema) -> ParsedBatch:
+        """The batch of a block made by ``to_arrow`` (Ray Data may have joined several into one)."""
+        records = []
+        for row in block.drop_columns(["rows"]).to_pylist():
+            index_json = row.pop("index_json")
+            records.append(InputRecord(**row, index_rows=json.loads(index_json) if index_json else None))
+        tables = [pa.Table.from_struct_array(chunk.flatten()) for chunk in block.column("rows").chunks]
+        rows = pa.concat_tables(tables) if tables else row_schema.empty_table()
+        # The struct drops the schema's metadata (schema name and version, which every shard file carries):
+        # the declared schema is put back, without copying the columns.
+        return cls(records, pa.Table.from_arrays(rows.columns, schema=row_schema))
+
+
+# ---------------------------------------------------------------------------- registries
+SOURCES: dict[str, type[Source]] = {}
+PARSERS: dict[str, type[Parser]] = {}
+_SOURCE_PACKAGE = "pipelines.sources"
+
+
+def register_source(name: str):
+    """Class decorator: make a ``Source`` available as ``--source name``."""
+
+    def register(cls: type[Source]) -> type[Source]:
+        if SOURCES.get(name, cls) is not cls:
+            raise ValueError(f"source {name!r} is registered twice ({SOURCES[name].__module__}, {cls.__module__})")
+        cls.name = name
+        SOURCES[name] = cls
+        return cls
+
+    return register
+
+
+def register_parser(name: str):
+    """Class decorator: make a ``Parser`` available to sources by name."""
+
+    def register(cls: type[Parser]) -> type[Parser]:
+        if PARSERS.get(name, cls) is not cls:
+            raise ValueError(f"parser {name!r} is registered twice ({PARSERS[name].__module__}, {cls.__module__})")
+        cls.name = name
+        PARSERS[name] = cls
+        return cls
+
+    return register
+
+
+def _load() -> None:
+    """Import every module of ``pipelines/sources/``: each registers its sources and parsers."""
+    package = importlib.import_module(_SOURCE_PACKAGE)
+    for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
+        importlib.import_module(f"{_SOURCE_PACKAGE}.{module}")
+
+
+def source_names() -> list[str]:
+    _load()
+    return sorted(SOURCES)
+
+
+def source_class(name: str) -> type[Source]:
+    _load()
+    if name not in SOURCES:
+        raise ValueError(f"--source must be one of {tuple(sorted(SOURCES))}, got {name!r}")
+    return SOURCES[name]
+
+
+def parser_class(name: str) -> type[Parser]:
+    _load()
+    return PARSERS[name]

@@ -1,0 +1,136 @@
+"""The parse job's stages: the registry, the typed batch between parser and writer, and the config sections and
+their flags."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import stages
+from pipelines.cli import nest, parse_config, parser_for
+from pipelines.parse_replays import ParseConfig
+from pipelines.stages import InputRecord, ParsedBatch
+from pipelines.writer import ShardWriter
+from shards_schema.versions import CodeVersions
+
+SCHEMA = pa.schema([("game_id", pa.string()), ("value", pa.int64())],
+                   metadata={b"replayforge.schema": b"toy", b"replayforge.schema_version": b"1.0.0"})
+INDEX_SCHEMA = pa.schema([("game_id", pa.string()), ("input_id", pa.string()), ("row_start", pa.int64()),
+                          ("num_rows", pa.int64()), ("file", pa.string())])
+
+
+def _batch(offset: int = 0) -> ParsedBatch:
+    records = [
+        InputRecord(input_id=f"a{offset}.slp", source="toy", input_sha256="aa", num_rows=2, dedupe_key="g1",
+                    index_rows=[{"game_id": "g1", "row_start": 0, "num_rows": 2}]),
+        InputRecord(input_id=f"b{offset}.slp", source="toy").dropped(
+            "quarantined", stage="read", error_type="ReadError", reason="unreadable", message="gone"),
+        InputRecord(input_id=f"c{offset}.slp", source="toy", num_rows=1, dedupe_key="g2",
+                    index_rows=[{"game_id": "g2", "row_start": 0, "num_rows": 1}]),
+    ]
+    rows = pa.table({"game_id": ["g1", "g1", "g2"], "value": [offset, offset + 1, offset + 2]}, schema=SCHEMA)
+    return ParsedBatch(records, rows)
+
+
+def test_a_batch_crosses_ray_as_one_arrow_block_and_comes_back_the_same():
+    batch = _batch()
+    block = batch.to_arrow()
+    assert block.num_rows == 3 and block.schema.equals(stages.result_schema(SCHEMA))
+    back = ParsedBatch.from_arrow(block, SCHEMA)
+    assert back.records == batch.records
+    assert back.rows.equals(batch.rows)
+    assert back.rows.schema.metadata == SCHEMA.metadata  # shard files carry the schema's name and version
+    # Ray Data may hand the driver several batches' blocks joined into one
+    joined = ParsedBatch.from_arrow(pa.concat_tables([_batch(0).to_arrow(), _batch(10).to_arrow()]), SCHEMA)
+    assert [r.input_id for r in joined.records] == ["a0.slp", "b0.slp", "c0.slp", "a10.slp", "b10.slp", "c10.slp"]
+    assert joined.rows.column("value").to_pylist() == [0, 1, 2, 10, 11, 12]
+    nothing = ParsedBatch([batch.records[1]], SCHEMA.empty_table())
+    assert ParsedBatch.from_arrow(nothing.to_arrow(), SCHEMA).rows.num_rows == 0
+
+
+def test_a_batch_whose_records_and_rows_disagree_is_refused():
+    with pytest.raises(ValueError, match="announce 3 rows, the table holds 2"):
+        ParsedBatch(_batch().records, _batch().rows.slice(0, 2))
+
+
+def test_the_writer_takes_typed_batches(tmp_path):
+    writer = ShardWriter(out_root=tmp_path, dataset="toy", schema=SCHEMA, index_schema=INDEX_SCHEMA,
+                         code=CodeVersions(schema="1.0.0", parser="1.0.0", observation="0.0.0", reparse_command="x",
+                                           refeaturize_command=None), shard_size_bytes=1 << 20)
+    writer.add_batch(_batch(0))
+    writer.add_batch(_batch(10))  # the same games again: duplicates, named after the inputs that won
+    published = writer.publish(source="toy", source_revision=None, config={})
+    c = published.manifest.counts
+    assert (c.inputs, c.written, c.filtered, c.quarantined, c.rows) == (
+        6, 2, {"duplicate": 2}, {"unreadable": 2}, 3)
+    index = pq.read_table(published.path / "index.parquet").to_pylist()
+    assert [(r["input_id"], r["row_start"], r["num_rows"]) for r in index] == [("a0.slp", 0, 2), ("c0.slp", 2, 1)]
+    quarantine = {r["input_id"]: r["message"] for r in pq.read_table(published.path / "quarantine.parquet").to_pylist()}
+    assert quarantine["a10.slp"] == "g1 was already written by input a0.slp"
+    assert pq.read_schema(published.path / "part-00000.parquet").metadata[b"replayforge.schema"] == b"toy"
+
+
+def test_every_source_is_registered_with_a_registered_parser():
+    names = stages.source_names()
+    assert names == ["generated", "hf-raw", "metamon", "pokechamp", "showdown-json", "slp"]
+    for name in names:
+        source = stages.source_class(name)
+        assert source.name == name
+        parser = stages.parser_class(source.parser)
+        assert parser.schema_name() in ("pokemon_turns", "melee_frames")
+    with pytest.raises(ValueError, match="--source must be one of"):
+        stages.source_class("nope")
+
+
+def test_a_name_is_registered_once():
+    class Other(stages.Source):
+        parser = "metamon"
+
+        def plan(self):
+            raise NotImplementedError
+
+        def read(self, item):
+            raise NotImplementedError
+
+    stages.source_names()
+    with pytest.raises(ValueError, match="source 'metamon' is registered twice"):
+        stages.register_source("metamon")(Other)
+
+
+FLAGS = ["--allow-cpu", "--battles-per-chunk", "--cpus-per-actor", "--dataset", "--date-from", "--date-to",
+         "--download", "--formats", "--hub-patterns", "--hub-repo", "--input", "--min-frames", "--min-rating",
+         "--num-battles", "--num-cpus", "--num-parse-actors", "--out", "--p1", "--p2", "--progress-every-s",
+         "--revision", "--seed", "--shard-size-mb", "--source", "--inputs-per-batch", "--tiny"]
+
+
+def test_flags_stay_as_they_were_and_fill_the_sections(tmp_path, capsys):
+    flags = {f for action in parser_for(ParseConfig)._actions for f in action.option_strings
+             if f.startswith("--") and not f.startswith("--no-") and f != "--help"}
+    assert flags == set(FLAGS)
+    cfg = parse_config(ParseConfig, ["--source", "slp", "--out", str(tmp_path), "--min-frames", "5", "--allow-cpu",
+                                     "--seed", "3"])
+    assert (cfg.slp.min_frames, cfg.slp.allow_cpu, cfg.generated.seed, cfg.slp.hub_repo) == (
+        5, True, 3, "erickfm/melee-ranked-replays")
+    assert ParseConfig.tiny(source="slp", min_frames=7).slp.min_frames == 7
+    with pytest.raises(SystemExit) as err:  # a section's own check is a usage error with its reason
+        parse_config(ParseConfig, ["--source", "hf-raw", "--input", "x", "--out", "o", "--date-from", "2024-1-1"])
+    assert err.value.code == 2 and "dates are YYYY-MM-DD" in capsys.readouterr().err
+    with pytest.raises(TypeError, match="has no field 'min_frame'"):
+        nest(ParseConfig, {"min_frame": 1})
+
+
+def test_output_config_is_what_it_was():
+    """These dicts enter version names: the same keys and values as the flat config had."""
+    assert ParseConfig(source="generated", out="o").output_config() == {
+        "dataset": "", "formats": ["gen9randombattle", "gen1ou"], "num_battles": 100, "p1": "heuristic",
+        "p2": "random", "seed": 0, "shard_size_mb": 128.0, "source": "generated"}
+    assert ParseConfig(source="slp", out="o", input="x").output_config() == {
+        "allow_cpu": False, "dataset": "", "formats": [], "min_frames": 1200, "shard_size_mb": 128.0,
+        "source": "slp"}
+    assert set(ParseConfig(source="slp", out="o").output_config()) >= {"num_battles", "seed"}
+    assert ParseConfig(source="pokechamp", out="o", input="x").output_config() == {
+        "dataset": "", "date_from": "", "date_to": "", "formats": [], "min_rating": None, "shard_size_mb": 128.0,
+        "source": "pokechamp"}
+    assert ParseConfig(source="metamon", out="o", input="x").output_config() == {
+        "dataset": "", "formats": [], "shard_size_mb": 128.0, "source": "metamon"}
