@@ -39,6 +39,7 @@ COLUMNS = {
     "pokechamp": ["battle_id", "gamemode", "elo", "month_year", "text"],
 }
 FORMAT_COLUMN = {"hf-raw": "formatid", "pokechamp": "gamemode"}
+ID_COLUMN = {"hf-raw": "id", "pokechamp": "battle_id"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -244,8 +245,10 @@ class ShowdownJsonSource(_ReplaySource):
     """Replay JSON files under ``--input`` (a folder, file or URI); one read task per file."""
 
     def plan(self) -> Plan:
-        root = self.cfg.input
-        return Plan([{"uri": u, "root": root} for u in list_files(root, (".json",))], None)
+        root, revision = self.cfg.input, None
+        if is_hub(root):
+            root, revision = pin_hub_input(root, self.cfg.revision, "main")
+        return Plan([{"uri": u, "root": root} for u in list_files(root, (".json",))], revision)
 
     def read(self, item: dict) -> list[dict]:
         rel = input_id(item["uri"], item["root"])
@@ -321,7 +324,7 @@ def read_row_group(item: dict) -> list[dict]:
     import pyarrow.parquet as pq
 
     source, formats = item["source"], set(item["formats"])
-    id_column, format_column = ("id" if source == "hf-raw" else "battle_id"), FORMAT_COLUMN[source]
+    id_column, format_column = ID_COLUMN[source], FORMAT_COLUMN[source]
     name = storage.name(item["uri"])
     if item.get("read_error") is not None:
         return [read_row(name, read_error=item["read_error"])]
