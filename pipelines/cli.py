@@ -12,7 +12,34 @@ import dataclasses
 import types
 import typing
 
-from shards_schema.declare import field_docs
+
+def field_help(cls: type) -> dict[str, str]:
+    """Each field's doc from the ``Attributes:`` section of ``cls``'s docstring, continuation lines (indented
+    deeper than the field's name) included."""
+    docs: dict[str, str] = {}
+    key, indent, in_attrs = None, 0, False
+    for line in (cls.__doc__ or "").splitlines():
+        stripped = line.strip()
+        if stripped == "Attributes:":
+            in_attrs = True
+            continue
+        if not in_attrs or not stripped:
+            continue
+        depth = len(line) - len(line.lstrip())
+        name, sep, text = stripped.partition(":")
+        if sep and name.isidentifier() and (key is None or depth <= indent):
+            key, indent = name, depth
+            docs[key] = text.strip()
+        elif key is not None and depth > indent:
+            docs[key] += " " + stripped
+        else:
+            break
+    return docs
+
+
+def _description(cls: type) -> str:
+    """The first paragraph of a docstring, on one line."""
+    return " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
 
 
 def _base(annotation):
@@ -33,7 +60,7 @@ def _leaves(cls: type) -> dict[str, tuple[str | None, type, str]]:
     out: dict[str, tuple[str | None, type, str]] = {}
     nested = sections(cls)
     for owner, section in [(None, cls), *nested.items()]:
-        hints, docs = typing.get_type_hints(section), field_docs(section)
+        hints, docs = typing.get_type_hints(section), field_help(section)
         for f in dataclasses.fields(section):
             if owner is None and f.name in nested:
                 continue
@@ -70,9 +97,9 @@ def nest(cls: type, flat: dict) -> dict:
 
 
 def parser_for(cls: type, description: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=description or (cls.__doc__ or "").split("\n")[0])
+    parser = argparse.ArgumentParser(description=description or _description(cls))
     parser.add_argument("--tiny", action="store_true", help="start from the tiny() preset (tests, demo)")
-    groups = {name: parser.add_argument_group(name, (section.__doc__ or "").split("\n")[0])
+    groups = {name: parser.add_argument_group(name, _description(section))
               for name, section in sections(cls).items()}
     for name, (owner, annotation, doc) in _leaves(cls).items():
         base = _base(annotation)

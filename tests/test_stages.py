@@ -108,6 +108,9 @@ def test_flags_stay_as_they_were_and_fill_the_sections(tmp_path, capsys):
     flags = {f for action in parser_for(ParseConfig)._actions for f in action.option_strings
              if f.startswith("--") and not f.startswith("--no-") and f != "--help"}
     assert flags == set(FLAGS)
+    helps = {a.dest: a.help for a in parser_for(ParseConfig)._actions}
+    assert helps["source"].endswith("synthetic games when --input is empty).")  # continuation lines included
+    assert helps["min_frames"] == "minimum unique frames of a game."
     cfg = parse_config(ParseConfig, ["--source", "slp", "--out", str(tmp_path), "--min-frames", "5", "--allow-cpu",
                                      "--seed", "3"])
     assert (cfg.slp.min_frames, cfg.slp.allow_cpu, cfg.generated.seed, cfg.slp.hub_repo) == (
