@@ -16,7 +16,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
 
 from pipelines.pokemon.observation import observe  # noqa: E402
 
@@ -71,7 +70,7 @@ def run(cfg: RefeaturizeConfig, *, log=print):
     quarantine = source.quarantine().to_pylist()
     try:
         for file_entry in m.files:
-            table = refeaturize_table(pq.read_table(source.path / file_entry.path))
+            table = refeaturize_table(source.read_table(file_entry.path))
             rows_by_input: dict[str, list[tuple[int, int]]] = {}
             for entry in index:
                 if entry["file"] == file_entry.path:

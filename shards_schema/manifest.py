@@ -135,10 +135,13 @@ class Manifest:
             raise ManifestError(f"{where} is not a complete manifest ({why}); {rewrite}") from err
 
     @classmethod
-    def load(cls, version_dir: Path) -> Manifest:
-        path = Path(version_dir) / MANIFEST_NAME
+    def load(cls, version_dir: str | Path) -> Manifest:
+        """The manifest of a version folder (a local path or a URI: ``s3://bucket/out/<dataset>/<version>``)."""
+        from shards_schema import storage
+
+        path = storage.join(str(version_dir), MANIFEST_NAME)
         try:
-            text = path.read_text()
+            text = storage.read_bytes(path).decode("utf-8")
         except UnicodeDecodeError as err:
             raise ManifestError(f"{path} is not UTF-8 text: the file is corrupt; delete the version folder and "
                                 f"re-run the job that made it: `{REPUBLISH_COMMAND}`") from err

@@ -1,7 +1,9 @@
 """The one way trainers, notebooks and tools open a shard version: verify, then read.
 
-``open_version(path)`` checks the manifest, the code's major versions, each file's size and sha256 and each
-shard's Arrow schema before returning anything, so a trainer never reads rows it would misinterpret.
+``open_version(uri)`` checks the manifest, the code's major versions, each file's size and sha256 and each
+shard's Arrow schema before returning anything, so a trainer never reads rows it would misinterpret. The version is
+a local folder or an object-store URI (``s3://bucket/out/pokemon_turns/<version>``): every read goes through
+``shards_schema.storage``, because a cluster's workers do not share the driver's disk.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from shards_schema import storage
 from shards_schema.manifest import MANIFEST_NAME, FileEntry, Manifest, ManifestError  # noqa: F401 - re-exported
 from shards_schema.versions import check_versions
 
@@ -21,9 +24,10 @@ class ShardIntegrityError(RuntimeError):
     """A shard version's files do not match its manifest."""
 
 
-def sha256_file(path: Path, chunk_bytes: int = 1 << 22) -> str:
+def sha256_file(uri: str | Path, chunk_bytes: int = 1 << 22) -> str:
+    """The sha256 of a file (local path or URI), streamed ``chunk_bytes`` at a time: shards are not held in memory."""
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with storage.open_input(str(uri)) as fh:
         while chunk := fh.read(chunk_bytes):
             digest.update(chunk)
     return digest.hexdigest()
@@ -42,51 +46,80 @@ class ShardVersion:
     """A verified shard version.
 
     Attributes:
-        path: the version folder.
+        path: the version folder as a URI (an absolute local path, or ``s3://...`` and the like).
         manifest: its manifest.
     """
 
-    path: Path
+    path: str
     manifest: Manifest
 
+    def uri(self, file: str) -> str:
+        """The URI of a file of this version (``part-00000.parquet``, ``index.parquet``)."""
+        return storage.join(self.path, file)
+
     @property
-    def files(self) -> list[Path]:
-        return [self.path / f.path for f in self.manifest.files]
+    def files(self) -> list[str]:
+        """The shards' URIs, in order."""
+        return [self.uri(f.path) for f in self.manifest.files]
+
+    def filesystem(self):
+        """(pyarrow filesystem, the shards' paths inside it): what Arrow datasets, polars and Ray Data read with."""
+        fs, _ = storage.resolve(self.path)
+        return fs, [storage.resolve(f)[1] for f in self.files]
+
+    def read_table(self, file: str, columns: list[str] | None = None) -> pa.Table:
+        """One file of this version as a table."""
+        fs, path = storage.resolve(self.uri(file))
+        return pq.read_table(path, columns=columns, filesystem=fs)
 
     def table(self, columns: list[str] | None = None) -> pa.Table:
         """All rows in file order (small versions, tests, notebooks)."""
         schema, _ = _declared_schemas(self.manifest.schema_name)
-        tables = [pq.read_table(f, columns=columns) for f in self.files]
+        tables = [self.read_table(f.path, columns) for f in self.manifest.files]
         if not tables:
             return schema.empty_table() if columns is None else schema.empty_table().select(columns)
         return pa.concat_tables(tables)
 
     def iter_batches(self, columns: list[str], batch_size: int = 4096):
         """Stream record batches of some columns over all shards in order, in bounded memory."""
-        for path in self.files:
-            yield from pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=columns)
+        for uri in self.files:
+            with storage.open_input(uri) as fh:
+                yield from pq.ParquetFile(fh).iter_batches(batch_size=batch_size, columns=columns)
 
     def index(self) -> pa.Table:
-        return pq.read_table(self.path / self.manifest.index_file.path)
+        return self.read_table(self.manifest.index_file.path)
 
     def quarantine(self) -> pa.Table:
-        return pq.read_table(self.path / self.manifest.quarantine_file.path)
+        return self.read_table(self.manifest.quarantine_file.path)
 
     def lazy(self):
-        """A polars LazyFrame over the shards."""
+        """A polars LazyFrame over the shards: polars' own scan for a local version, an Arrow dataset on the
+        version's filesystem for a remote one (the same endpoint and credentials as every other read)."""
         import polars as pl
 
-        return pl.scan_parquet([str(f) for f in self.files])
+        if storage.is_local(self.path):
+            return pl.scan_parquet(self.files)
+        import pyarrow.dataset as ds
+
+        fs, paths = self.filesystem()
+        return pl.scan_pyarrow_dataset(ds.dataset(paths, filesystem=fs, format="parquet"))
 
     def ray_dataset(self, columns: list[str] | None = None):
-        """A Ray Dataset over the shards, one read task per file, in file order."""
+        """A Ray Dataset over the shards, one read task per file, in file order. The filesystem is pickled to the
+        read tasks; credentials are resolved where they run (environment, profile or instance role there)."""
         import ray.data
 
-        return ray.data.read_parquet([str(f) for f in self.files], columns=columns)
+        fs, paths = self.filesystem()
+        dataset = ray.data.read_parquet(paths, filesystem=fs)
+        return dataset.select_columns(columns) if columns is not None else dataset  # projected into the read
 
     def rows(self, file: str, start: int, count: int, columns: list[str] | None = None) -> pa.Table:
         """Rows ``start .. start+count`` of one shard, reading only the row groups that hold them."""
-        parquet = pq.ParquetFile(self.path / file)
+        with storage.open_input(self.uri(file)) as fh:
+            return self._rows(pq.ParquetFile(fh), file, start, count, columns)
+
+    @staticmethod
+    def _rows(parquet: pq.ParquetFile, file: str, start: int, count: int, columns: list[str] | None) -> pa.Table:
         groups, offset, first_offset = [], 0, None
         for g in range(parquet.metadata.num_row_groups):
             n = parquet.metadata.row_group(g).num_rows
@@ -122,41 +155,45 @@ class ShardVersion:
         return self.rows(row["file"], row["row_start"] + offset, num_frames, columns)
 
 
-def _verify_file(version_dir: Path, entry: FileEntry, *, check_sha256: bool) -> None:
-    path = version_dir / entry.path
-    if not path.is_file():
-        raise ShardIntegrityError(f"{path} is listed in the manifest but missing; re-run the job that made it")
-    size = path.stat().st_size
+def _verify_file(version: str, entry: FileEntry, *, check_sha256: bool) -> None:
+    uri = storage.join(version, entry.path)
+    if not storage.is_file(uri):
+        raise ShardIntegrityError(f"{uri} is listed in the manifest but missing; re-run the job that made it")
+    size = storage.size(uri)
     if size != entry.bytes:
-        raise ShardIntegrityError(f"{path} has {size} bytes, the manifest says {entry.bytes}: the file was changed")
-    if check_sha256 and sha256_file(path) != entry.sha256:
-        raise ShardIntegrityError(f"{path} sha256 differs from the manifest: the file is corrupt or was changed")
+        raise ShardIntegrityError(f"{uri} has {size} bytes, the manifest says {entry.bytes}: the file was changed")
+    if check_sha256 and sha256_file(uri) != entry.sha256:
+        raise ShardIntegrityError(f"{uri} sha256 differs from the manifest: the file is corrupt or was changed")
 
 
 def open_version(path: str | Path, *, check_sha256: bool = True, ignore_versions: tuple[str, ...] = ()) -> ShardVersion:
-    """Open and verify a shard version folder (``DIR/<dataset>/<version>``).
+    """Open and verify a shard version folder (``DIR/<dataset>/<version>``, a local path or a URI).
 
     Raises ``ManifestError`` for a manifest.json that is corrupt or of another layout, ``VersionMismatchError``
-    for rows made by code of another major version, ``ShardIntegrityError`` for files that differ from it; each
-    names the file and the command that fixes it.
+    for rows made by code of another major version, ``ShardIntegrityError`` for a folder without a manifest and for
+    files that differ from it; each names the file and the command that fixes it.
 
     ``ignore_versions`` is for tools that rewrite the mismatched part (``("observation",)`` for re-featurizing)."""
-    version_dir = Path(path)
-    if not (version_dir / MANIFEST_NAME).is_file():
+    version = storage.normalize(str(path))
+    if not storage.is_file(storage.join(version, MANIFEST_NAME)):
+        # object stores have no rename: the writer publishes by writing the manifest last, so a folder without one
+        # is a run that has not finished (or crashed), never a version
         raise ShardIntegrityError(
-            f"{version_dir} has no {MANIFEST_NAME}: it is not a published shard version "
-            "(pass the folder printed last by pipelines/parse_replays.py)"
+            f"{version} has no {MANIFEST_NAME}: it is not a published shard version (a version exists once its "
+            "manifest is written, last; pass the folder printed last by pipelines/parse_replays.py, or re-run the "
+            "job that was writing this one)"
         )
-    manifest = Manifest.load(version_dir)
+    manifest = Manifest.load(version)
     check_versions(manifest, ignore=ignore_versions)
     turns_schema, index_schema = _declared_schemas(manifest.schema_name)
     for entry in [*manifest.files, manifest.index_file, manifest.quarantine_file]:
-        _verify_file(version_dir, entry, check_sha256=check_sha256)
+        _verify_file(version, entry, check_sha256=check_sha256)
     for entry, declared in [(f, turns_schema) for f in manifest.files] + [(manifest.index_file, index_schema)]:
-        stored = pq.read_schema(version_dir / entry.path)
+        uri = storage.join(version, entry.path)
+        fs, inner = storage.resolve(uri)
+        stored = pq.read_schema(inner, filesystem=fs)
         if not stored.equals(declared, check_metadata=False):
             raise ShardIntegrityError(
-                f"{version_dir / entry.path} does not have the declared {manifest.schema_name} schema; "
-                "it was not written by this pipeline"
+                f"{uri} does not have the declared {manifest.schema_name} schema; it was not written by this pipeline"
             )
-    return ShardVersion(version_dir, manifest)
+    return ShardVersion(version, manifest)

@@ -115,3 +115,12 @@ def s3_bucket(s3_server, request):
     pafs.S3FileSystem(endpoint_override=s3_server.split("://", 1)[1], scheme="http", region="us-east-1",
                       allow_bucket_creation=True).create_dir(bucket)
     return f"s3://{bucket}"
+
+
+def copy_tree(src: str, dst: str) -> None:
+    """Copy every file below ``src`` to the same relative path below ``dst`` through storage (either may be a local
+    folder or a URI): how tests put a published local shard version or run folder on the S3 server."""
+    from shards_schema import storage
+
+    for uri in storage.list_files(str(src)):
+        storage.write_bytes(storage.join(dst, storage.relative(uri, str(src))), storage.read_bytes(uri))

@@ -65,7 +65,6 @@ def test_window_gather_matches_reference(tiny_generated):
     """The loader's one-gather fast path builds the same padded windows as the per-window Arrow reference, and the
     multi-epoch stream repeats the whole batches of one epoch in the same order."""
     import numpy as np
-    import pyarrow.parquet as pq
 
     from shards_schema.reader import open_version
     from training.windows import COLUMNS, LoadWindows, load_window_reference, window_specs, windows_dataset
@@ -77,7 +76,7 @@ def test_window_gather_matches_reference(tiny_generated):
     assert any(s["num_rows"] < context for s in specs)  # some windows are padded
     batch = {k: np.array([s[k] for s in specs]) for k in ("file", "row_start", "num_rows", "window")}
     fast = LoadWindows(str(published.path), context)(batch)
-    tables = {f: pq.read_table(version.path / f, columns=COLUMNS) for f in set(batch["file"])}
+    tables = {f: version.read_table(f, COLUMNS) for f in set(batch["file"])}
     for i, spec in enumerate(specs):
         ref = load_window_reference(tables[spec["file"]], spec["row_start"], spec["num_rows"], context)
         for key, value in ref.items():

@@ -176,9 +176,8 @@ class LoadFrameWindows(LoadWindows):
         self.window_length = context + 1  # K inputs and their K next-frame targets
 
     def _decode(self, file: str) -> dict[str, np.ndarray]:
-        import pyarrow.parquet as pq
 
-        return featurize(pq.read_table(self.version.path / file))
+        return featurize(self.version.read_table(file))
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         out = super().__call__(batch)

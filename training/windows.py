@@ -134,9 +134,8 @@ class LoadWindows:
         return arrays
 
     def _decode(self, file: str) -> dict[str, np.ndarray]:
-        import pyarrow.parquet as pq
 
-        return decode_shard(pq.read_table(self.version.path / file, columns=COLUMNS))
+        return decode_shard(self.version.read_table(file, COLUMNS))
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         files = batch["file"].astype(str)
