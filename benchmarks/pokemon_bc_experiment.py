@@ -26,6 +26,7 @@ def main() -> None:
     from pipelines.parse_replays import ParseConfig
     from pipelines.parse_replays import run as parse
     from pipelines.sources.generated import GeneratedConfig
+    from shards_schema import storage
     from training.evaluate import EvalConfig
     from training.evaluate import run as evaluate
     from training.loop import latest_checkpoint
@@ -54,7 +55,7 @@ def main() -> None:
                       steps=args.steps, context=32, batch_size=32, checkpoint_every=500, log_every=100, sides=["p1"],
                       cpus_per_worker=1.0, wandb_mode="offline"))
     t2 = time.monotonic()
-    rows = evaluate(EvalConfig(checkpoint=str(latest_checkpoint(out) / "state.pt"), port=free_port(),
+    rows = evaluate(EvalConfig(checkpoint=storage.join(latest_checkpoint(out), "state.pt"), port=free_port(),
                                battles=args.battles, formats=args.formats))
     t3 = time.monotonic()
     print(f"data {t1 - t0:.0f}s, training {t2 - t1:.0f}s, evaluation {t3 - t2:.0f}s")

@@ -27,6 +27,18 @@ def test_inspect_shards_on_pokemon_turns(tiny_generated, monkeypatch):
     assert ns["summary"].collect()["turns"].sum() == ns["lazy"].select("format").collect().height > 0
 
 
+def test_inspect_shards_on_s3(s3_bucket, tiny_generated, monkeypatch):
+    """The same notebook on the same version in an S3 bucket (moto's server): polars reads through the store."""
+    from conftest import copy_tree
+
+    _, published, _ = tiny_generated
+    uri = f"{s3_bucket}/out/pokemon_turns/{published.path.name}"
+    copy_tree(str(published.path), uri)
+    ns = run_notebook(NOTEBOOKS / "inspect_shards.ipynb", monkeypatch, {"REPLAYFORGE_VERSION": uri})
+    assert ns["version"].path == uri
+    assert ns["summary"].collect()["turns"].sum() == ns["m"].counts.rows > 0
+
+
 @pytest.fixture(scope="module")
 def synthetic_melee(ray_local, tmp_path_factory):
     from pipelines.parse_replays import ParseConfig, run

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import pytest
 
@@ -51,7 +52,7 @@ def test_checkpoint_plays_real_battles(tiny_generated, tmp_path):
     _, published, _ = tiny_generated
     out = tmp_path / "run"
     run(TrainConfig.tiny(shards=str(published.path), out=str(out), steps=4))
-    checkpoint = latest_checkpoint(out) / "state.pt"
+    checkpoint = Path(latest_checkpoint(out)) / "state.pt"
     logs = []
     rows = evaluate(EvalConfig.tiny(checkpoint=str(checkpoint), port=free_port(), battles=3), log=logs.append)
     assert rows[0]["battles"] == 3 and rows[0]["opponent"] == "random"

@@ -189,7 +189,7 @@ class EvalConfig:
     """Configuration of an evaluation.
 
     Attributes:
-        checkpoint: the policy's ``state.pt``.
+        checkpoint: the policy's ``state.pt`` (a local path or a URI: ``s3://bucket/runs/bc/ray/.../state.pt``).
         port: port of the local Showdown server (bound to 127.0.0.1).
         checkpoint2: a second policy to play against instead of the built-in opponents.
         battles: battles per opponent and format.

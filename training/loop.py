@@ -46,12 +46,15 @@ def load_state(path, device="cpu") -> dict:
     only. A pickle may name any callable for the reader to call (``__reduce__``), so a checkpoint handed to
     ``evaluate.py`` or ``--resume`` could otherwise run code; checkpoints here hold nothing else (configs as
     ``dataclasses.asdict``, RNG states from ``rng_state``)."""
+    import io
     import pickle
 
     import torch
 
-    try:
-        return torch.load(path, map_location=device, weights_only=True)
+    from shards_schema import storage
+
+    try:  # through storage: a checkpoint on S3 is read by whichever node resumes
+        return torch.load(io.BytesIO(storage.read_bytes(str(path))), map_location=device, weights_only=True)
     except pickle.UnpicklingError as err:
         # torch's message is several paragraphs; its "WeightsUnpickler error: Unsupported global: ..." line names
         # what the file asked for
@@ -124,20 +127,107 @@ def report_checkpoint(payload: dict, metrics: dict, rank: int, world: int) -> No
 
 
 def load_checkpoint(config: dict, device, checkpoint) -> dict | None:
-    """The state to resume from: ``checkpoint`` (Ray Train's own, when it restarts a run) or ``resume_path``
-    (``--resume``), else None."""
+    """The state to resume from: ``checkpoint`` (Ray Train's own, when it restarts a run: on its own filesystem,
+    read through it) or ``resume_path`` (``--resume``: a folder or URI), else None."""
+    from shards_schema import storage
+
     if checkpoint is not None:
-        path = Path(checkpoint.path) / "state.pt"
-    elif config.get("resume_path"):
-        path = Path(config["resume_path"]) / "state.pt"
-    else:
+        with checkpoint.as_directory() as directory:
+            return load_state(Path(directory) / "state.pt", device)
+    if config.get("resume_path"):
+        return load_state(storage.join(config["resume_path"], "state.pt"), device)
+    return None
+
+
+def latest_checkpoint(out: str | Path) -> str | None:
+    """The newest checkpoint folder (URI) under ``OUT/ray``, by modification time; the path breaks ties (object
+    stores keep whole seconds, and a run's ``checkpoint_00000N`` folders and the time-stamped run names sort in
+    the order they were written)."""
+    import pyarrow.fs as pafs
+
+    from shards_schema import storage
+
+    root = storage.join(str(out), "ray")
+    fs, path = storage.resolve(root)
+    if fs.get_file_info(path).type == pafs.FileType.NotFound:
         return None
-    return load_state(path, device)
+    found = [e for e in fs.get_file_info(pafs.FileSelector(path, recursive=True))
+             if e.type == pafs.FileType.File and e.base_name == "state.pt"]
+    if not found:
+        return None
+    newest = max(found, key=lambda e: (e.mtime_ns or 0, e.path))
+    return storage.parent(storage.join(root, storage.relative_path(newest.path, path)))
 
 
-def latest_checkpoint(out: Path) -> Path | None:
-    found = sorted((out / "ray").rglob("state.pt"), key=lambda p: p.stat().st_mtime)
-    return found[-1].parent if found else None
+def checkpoint_uri(checkpoint, out: str) -> str:
+    """A Ray Train checkpoint's folder as a URI (its ``path`` is inside its filesystem: ``bucket/key`` on S3)."""
+    from shards_schema import storage
+
+    return checkpoint.path if storage.is_local(out) else f"{storage.scheme(out)}://{checkpoint.path}"
+
+
+def run_storage(out: str) -> dict:
+    """``RunConfig`` arguments that put Ray Train's checkpoints under ``OUT/ray`` on ``out``'s store, so ``--resume``
+    works from any node; and the worker environment that lets the workers reach that store."""
+    from shards_schema import storage
+
+    fs, path = storage.resolve(storage.join(out, "ray"))
+    if storage.is_local(out):
+        return {"storage_path": path}
+    return {"storage_path": path, "storage_filesystem": fs, "worker_runtime_env": {"env_vars": store_location()}}
+
+
+STORE_LOCATION_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION")
+"""Where the object store is: passed to Ray Train workers explicitly. Credentials are not: Ray writes a task's
+runtime_env into its logs (runtime_env_agent.log), so workers take theirs from their own node (the environment the
+raylet was started with, ``~/.aws``, or the instance profile ``ray_cluster.yaml`` gives each node)."""
+
+
+def store_location() -> dict[str, str]:
+    return {k: os.environ[k] for k in STORE_LOCATION_VARS if os.environ.get(k)}
+
+
+def check_workers_reach(*uris: str) -> None:
+    """Fail before training when a Ray worker cannot list the remote ``uris`` (their parent folders when they do not
+    exist yet): a worker with no credentials would otherwise fail only at its first read or checkpoint, deep in a
+    Ray Train traceback. Local paths are not checked (a local path on a cluster is the user's choice)."""
+    import ray
+
+    from shards_schema import storage
+
+    remote = [u for u in uris if not storage.is_local(u)]
+    if not remote:
+        return
+
+    def reach(targets: list[str]) -> str | None:
+        from shards_schema import storage
+
+        for uri in targets:
+            try:
+                storage.exists(uri)
+            except OSError as err:
+                return f"{uri}: {err}"
+        return None
+
+    task = ray.remote(num_cpus=0, runtime_env={"env_vars": store_location()})(reach)
+    problem = ray.get(task.remote(remote))
+    if problem:
+        raise PermissionError(
+            f"a Ray worker cannot reach {problem}. Workers read the store with the credentials of their own node: "
+            "the environment Ray was started with (start Ray, or this script, after exporting AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY), ~/.aws, or the node's instance profile (ray_cluster.yaml); the endpoint and "
+            f"region are passed from this process ({', '.join(STORE_LOCATION_VARS)}).")
+
+
+def local_run_folder(out: str) -> Path:
+    """Where the driver-side files of a run go (metrics CSVs, the W&B folder): ``out`` itself when it is local;
+    for a remote ``out`` (``s3://...``), ``runs/<bucket and key>`` under the working folder of rank 0's process, since
+    CSV appends and W&B's own files need a local disk. Checkpoints go to ``out`` either way."""
+    from shards_schema import storage
+
+    if storage.is_local(out):
+        return Path(storage.local_path(out))
+    return Path.cwd() / "runs" / out.replace("://", "/", 1)
 
 
 class MetricsWriter:

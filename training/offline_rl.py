@@ -31,8 +31,9 @@ class TrainConfig:
     """Configuration of offline training.
 
     Attributes:
-        shards: the shard version folder to train on.
-        out: run folder (checkpoints, metrics.csv, wandb).
+        shards: the shard version folder to train on (a local path or a URI: ``s3://bucket/out/pokemon_turns/<v>``).
+        out: run folder (checkpoints, metrics.csv, wandb); a URI puts the checkpoints on that store and keeps
+            metrics.csv and wandb on rank 0's disk under ``runs/<bucket>/<key>`` (``training/loop.local_run_folder``).
         preset: model size: tiny, small, medium or large.
         objective: bc, filtered_bc or exp_adv.
         context: turns per training window.
@@ -163,7 +164,7 @@ def train_loop_per_worker(config: dict) -> None:
     step = resume(config, model, optimizer, rank, device)  # Ray's own checkpoint after a restart, or --resume's
     shard = ray.train.get_dataset_shard("train")
     per_worker = cfg.batch_size // world
-    writer = MetricsWriter(Path(cfg.out), dataclasses.asdict(cfg), cfg.wandb_mode) if rank == 0 else None
+    writer = MetricsWriter(Path(config["run_folder"]), dataclasses.asdict(cfg), cfg.wandb_mode) if rank == 0 else None
     start, done_samples = time.monotonic(), 0
     # every worker reads the same ordered stream of window specs (all epochs in one pass) and gathers its slice of
     # each global batch; a resumed run skips the batches already trained on: exact resume
@@ -195,7 +196,14 @@ def train_loop_per_worker(config: dict) -> None:
 
 
 def run(cfg: TrainConfig):
-    from training.loop import init_local_ray, latest_checkpoint
+    from shards_schema import storage
+    from training.loop import (
+        check_workers_reach,
+        init_local_ray,
+        latest_checkpoint,
+        local_run_folder,
+        run_storage,
+    )
 
     init_local_ray()  # before the first `import ray`: a local instance then binds 127.0.0.1 only
     import ray
@@ -205,22 +213,23 @@ def run(cfg: TrainConfig):
     from training.windows import windows_dataset
 
     # workers run in Ray's session folder: a relative --out would put metrics.csv and wandb there, not in the run
-    cfg = dataclasses.replace(cfg, out=str(Path(cfg.out).resolve()), shards=str(Path(cfg.shards).resolve()))
+    cfg = dataclasses.replace(cfg, out=storage.normalize(cfg.out), shards=storage.normalize(cfg.shards))
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
     # every step's batch in one stream (epochs back to back)
     dataset, _ = windows_dataset(cfg.shards, cfg.context, cfg.seed, sides=cfg.sides,
                                  batch_size=cfg.batch_size, min_batches=cfg.steps)
-    out = Path(cfg.out)
-    latest = latest_checkpoint(out) if cfg.resume else None
+    check_workers_reach(cfg.shards, cfg.out)
+    latest = latest_checkpoint(cfg.out) if cfg.resume else None
     if cfg.resume and latest is None:
-        raise FileNotFoundError(f"--resume: no checkpoint under {out / 'ray'}")
+        raise FileNotFoundError(f"--resume: no checkpoint under {storage.join(cfg.out, 'ray')}")
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"cfg": dataclasses.asdict(cfg), "resume_path": str(latest) if latest else None},
+        train_loop_config={"cfg": dataclasses.asdict(cfg), "resume_path": latest,
+                           "run_folder": str(local_run_folder(cfg.out))},
         scaling_config=ray.train.ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
                                                resources_per_worker={"CPU": cfg.cpus_per_worker}),
-        run_config=ray.train.RunConfig(name=f"train-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=str(out / "ray"),
+        run_config=ray.train.RunConfig(name=f"train-{time.strftime('%Y%m%d-%H%M%S')}", **run_storage(cfg.out),
                                        checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2)),
         datasets={"train": dataset},
         dataset_config=ray.train.DataConfig(datasets_to_split=[]),
@@ -232,10 +241,14 @@ def run(cfg: TrainConfig):
 def main(argv: list[str] | None = None) -> None:
     from pipelines.cli import parse_config
 
-    result = run(parse_config(TrainConfig, argv))
+    cfg = parse_config(TrainConfig, argv)
+    result = run(cfg)
     print(f"[train] done: {result.metrics}")
-    if result.checkpoint:
-        print(result.checkpoint.path)
+    if result.checkpoint:  # the folder to pass to evaluate.py / world_model_play.py (a URI on a store)
+        from shards_schema import storage
+        from training.loop import checkpoint_uri
+
+        print(checkpoint_uri(result.checkpoint, storage.normalize(cfg.out)))
 
 
 if __name__ == "__main__":

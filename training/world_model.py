@@ -29,8 +29,9 @@ class WorldModelTrainConfig:
     """Configuration of world-model training.
 
     Attributes:
-        shards: the melee_frames shard version folder.
-        out: run folder (checkpoints, metrics.csv, wandb).
+        shards: the melee_frames shard version folder (a local path or a URI).
+        out: run folder (checkpoints, metrics.csv, wandb); a URI puts the checkpoints on that store and keeps
+            metrics.csv and wandb on rank 0's disk under ``runs/<bucket>/<key>`` (``training/loop.local_run_folder``).
         preset: model size: tiny or base (~15M).
         backbone: mamba2 or mlp (the baseline).
         context: frames per training window (K; each window holds K+1 frames).
@@ -194,7 +195,8 @@ def train_loop_per_worker(config: dict) -> None:
         if rank == 0 else {}
     shard = ray.train.get_dataset_shard("train")
     per_worker = cfg.batch_size // world
-    writer = MetricsWriter(Path(cfg.out), dataclasses.asdict(cfg), cfg.wandb_mode, "world-model") if rank == 0 else None
+    writer = MetricsWriter(Path(config["run_folder"]), dataclasses.asdict(cfg), cfg.wandb_mode, "world-model") \
+        if rank == 0 else None
     start, frames = time.monotonic(), 0
     # The stream holds the window specs of steps first_step+1 .. steps in order (run() cuts it from the resume
     # point); every worker reads the same stream and gathers its slice of each global batch itself.
@@ -232,7 +234,14 @@ def train_loop_per_worker(config: dict) -> None:
 
 
 def run(cfg: WorldModelTrainConfig):
-    from training.loop import init_local_ray, latest_checkpoint
+    from shards_schema import storage
+    from training.loop import (
+        check_workers_reach,
+        init_local_ray,
+        latest_checkpoint,
+        local_run_folder,
+        run_storage,
+    )
 
     init_local_ray()  # before the first `import ray`: a local instance then binds 127.0.0.1 only
     import ray
@@ -243,14 +252,14 @@ def run(cfg: WorldModelTrainConfig):
     from training.melee_windows import run_specs, split_games, window_specs, windows_dataset
 
     ray.data.DataContext.get_current().execution_options.preserve_order = True
-    shards = str(Path(cfg.shards).resolve())
-    cfg = dataclasses.replace(cfg, shards=shards, out=str(Path(cfg.out).resolve()))  # workers run elsewhere
+    shards = storage.normalize(cfg.shards)
+    cfg = dataclasses.replace(cfg, shards=shards, out=storage.normalize(cfg.out))  # workers run elsewhere
     version = open_version(shards)
     train_games, val_games = split_games(version, cfg.validation_share, cfg.seed)
-    out = Path(cfg.out).resolve()
-    latest = latest_checkpoint(out) if cfg.resume else None
+    check_workers_reach(shards, cfg.out)
+    latest = latest_checkpoint(cfg.out) if cfg.resume else None
     if cfg.resume and latest is None:
-        raise FileNotFoundError(f"--resume: no checkpoint under {out / 'ray'}")
+        raise FileNotFoundError(f"--resume: no checkpoint under {storage.join(cfg.out, 'ray')}")
     first_step = _checkpoint_step(latest) if latest else 0
     if first_step >= cfg.steps:
         raise ValueError(f"--resume: the checkpoint is at step {first_step}, --steps is {cfg.steps}: nothing to do")
@@ -263,11 +272,12 @@ def run(cfg: WorldModelTrainConfig):
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"cfg": dataclasses.asdict(cfg), "shards": shards, "first_step": first_step,
-                           "val_games": val_games, "resume_path": str(latest) if latest else None},
+                           "val_games": val_games, "resume_path": latest,
+                           "run_folder": str(local_run_folder(cfg.out))},
         scaling_config=ray.train.ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
                                                resources_per_worker={"CPU": cfg.cpus_per_worker}),
         run_config=ray.train.RunConfig(name=f"world-model-{time.strftime('%Y%m%d-%H%M%S')}",
-                                       storage_path=str(out / "ray"),
+                                       **run_storage(cfg.out),
                                        checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2)),
         datasets={"train": dataset},
         dataset_config=ray.train.DataConfig(datasets_to_split=[]),
@@ -275,14 +285,15 @@ def run(cfg: WorldModelTrainConfig):
     return trainer.fit()
 
 
-def _checkpoint_step(checkpoint_dir: Path) -> int:
+def _checkpoint_step(checkpoint_dir: str) -> int:
+    from shards_schema import storage
     from training.loop import load_state
 
-    return int(load_state(checkpoint_dir / "state.pt")["step"])
+    return int(load_state(storage.join(checkpoint_dir, "state.pt"))["step"])
 
 
 def load_model(checkpoint: str | Path, device: str = "cpu"):
-    """A trained WorldModel from a ``state.pt`` (architecture from the checkpoint)."""
+    """A trained WorldModel from a ``state.pt``, a local path or a URI (architecture from the checkpoint)."""
     from models.world_model import WorldModel, WorldModelConfig
     from training.loop import load_state
 
@@ -295,10 +306,14 @@ def load_model(checkpoint: str | Path, device: str = "cpu"):
 def main(argv: list[str] | None = None) -> None:
     from pipelines.cli import parse_config
 
-    result = run(parse_config(WorldModelTrainConfig, argv))
+    cfg = parse_config(WorldModelTrainConfig, argv)
+    result = run(cfg)
     print(f"[world-model] done: {result.metrics}")
-    if result.checkpoint:
-        print(result.checkpoint.path)
+    if result.checkpoint:  # the folder to pass to evaluate.py / world_model_play.py (a URI on a store)
+        from shards_schema import storage
+        from training.loop import checkpoint_uri
+
+        print(checkpoint_uri(result.checkpoint, storage.normalize(cfg.out)))
 
 
 if __name__ == "__main__":

@@ -610,8 +610,8 @@ class PlayConfig:
     """Configuration of a world-model rollout against a real game.
 
     Attributes:
-        checkpoint: the world model's state.pt (training/world_model.py), or ``untrained`` for a freshly initialized
-            model of --preset (tests, demo).
+        checkpoint: the world model's state.pt (training/world_model.py; a local path or a URI), or ``untrained``
+            for a freshly initialized model of --preset (tests, demo).
         shards: the melee_frames shard version holding the seed game.
         out: output root; the rollout is published under OUT/<dataset>/<version>/.
         game_id: the seed game's id, or ``first`` (the first game of the version's index).
@@ -669,7 +669,7 @@ def load_play_model(cfg: PlayConfig) -> tuple[WorldModel, str]:
     if cfg.checkpoint == "untrained":
         torch.manual_seed(cfg.seed)
         return WorldModel(WorldModelConfig.preset(cfg.preset)).eval(), f"untrained-{cfg.preset}-seed{cfg.seed}"
-    return load_model(cfg.checkpoint), f"sha256:{sha256_file(Path(cfg.checkpoint))}"
+    return load_model(cfg.checkpoint), f"sha256:{sha256_file(cfg.checkpoint)}"
 
 
 def replay_controllers(version, game: dict, first_frame: int, num_frames: int) -> np.ndarray:
