@@ -71,3 +71,15 @@ def test_world_model_on_s3_resumes_exactly(s3_bucket, melee_version, tmp_path, m
     assert sorted(b) == list(range(1, 9))
     assert [a[s] for s in range(1, 9)] == [b[s] for s in range(1, 9)]
     assert load_model(storage.join(latest, "state.pt")).num_parameters() > 0  # play/evaluate take the URI too
+
+
+def test_workers_get_the_store_location_not_the_keys(s3_server):
+    """Ray writes a task's runtime_env into runtime_env_agent.log, so only where the store is travels that way."""
+    from training.loop import run_storage
+
+    settings = run_storage("s3://bucket/runs/x")
+    env = settings["worker_runtime_env"]["env_vars"]
+    assert env["AWS_ENDPOINT_URL"] == s3_server and env["AWS_REGION"] == "us-east-1"
+    assert not [k for k in env if any(word in k for word in ("KEY", "SECRET", "TOKEN"))]
+    assert settings["storage_path"] == "bucket/runs/x/ray" and settings["storage_filesystem"].type_name == "s3"
+    assert run_storage("/tmp/run") == {"storage_path": "/tmp/run/ray"}
