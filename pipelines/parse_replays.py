@@ -213,13 +213,12 @@ def _column(batch: pa.Table, name: str) -> list:
 
 # ---------------------------------------------------------------------------- read stage (the source's)
 def _storage_env() -> dict[str, str]:
-    """The storage variables of this process, for the tasks of a local Ray instance: one started before they
-    were set (an earlier job of this process, a test session, a notebook's ``ray.init``) hands its workers the
-    environment of its start, and they would read another endpoint or none. On a cluster (``RAY_ADDRESS``) each
-    node keeps its own: the job's runtime_env or the node's instance profile, never the driver's keys."""
-    if os.environ.get("RAY_ADDRESS"):
-        return {}
-    return {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "HF_", "GOOGLE_"))}
+    """Where the object store is, for the tasks of a local Ray instance: one started before these were set hands
+    its workers the environment of its start. Never the keys (see ``storage.LOCATION_VARS``); on a cluster
+    (``RAY_ADDRESS``) each node keeps its own settings."""
+    from shards_schema import storage
+
+    return {} if os.environ.get("RAY_ADDRESS") else storage.location_env()
 
 
 def read_stage(cfg: ParseConfig, source: stages.Source):

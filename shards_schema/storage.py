@@ -131,6 +131,18 @@ def _fsspec(protocol: str) -> pafs.FileSystem:
     return pafs.PyFileSystem(pafs.FSSpecHandler(fs))
 
 
+LOCATION_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION")
+"""Where the object store is. Ray tasks of a local instance started before these were set (a test session, a
+notebook's ``ray.init``) would not see them, so jobs hand them to their tasks' runtime_env. Credentials are never
+handed on: Ray writes a task's runtime_env into its logs (``runtime_env_agent.log``), so workers take theirs from
+their own node (the environment the raylet was started with, ``~/.aws``, or the instance profile)."""
+
+
+def location_env() -> dict[str, str]:
+    """This process's ``LOCATION_VARS`` that are set: a Ray task's ``runtime_env`` env_vars."""
+    return {k: os.environ[k] for k in LOCATION_VARS if os.environ.get(k)}
+
+
 # ---------------------------------------------------------------------------- operations
 def exists(uri: str) -> bool:
     fs, path = resolve(uri)

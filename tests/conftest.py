@@ -19,6 +19,10 @@ os.environ["RAY_AUTH_MODE"] = "token"
 os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
 os.environ.setdefault("WANDB_MODE", "offline")
+# The local S3 server's keys (not secrets), set before any Ray starts: as on a real node, workers take credentials
+# from the environment their raylet started with, and jobs hand them only the store's endpoint and region
+# (shards_schema.storage.LOCATION_VARS), which the `s3_server` fixture sets once its port is known.
+os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
 
 
 def shared_data(*parts: str) -> Path:
@@ -62,8 +66,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
-    """An S3-compatible server (moto's server mode) on 127.0.0.1 at a free port, started and stopped by PID; the
-    standard AWS_* variables point this session (and the Ray workers it starts later) at it. Yields its endpoint."""
+    """An S3-compatible server (moto's server mode) on 127.0.0.1 at a free port, started and stopped by PID;
+    ``AWS_ENDPOINT_URL`` and ``AWS_REGION`` point this session at it (the keys are set above). Yields its endpoint."""
     import subprocess
     import time
     import urllib.request
@@ -75,8 +79,7 @@ def s3_server(tmp_path_factory):
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                                 stdout=out, stderr=subprocess.STDOUT)
-    previous = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                                                "AWS_REGION")}
+    previous = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_REGION")}
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -87,8 +90,7 @@ def s3_server(tmp_path_factory):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"moto server did not start: {log.read_text()[-2000:]}") from None
                 time.sleep(0.2)
-        os.environ.update(AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
-                          AWS_REGION="us-east-1")
+        os.environ.update(AWS_ENDPOINT_URL=endpoint, AWS_REGION="us-east-1")
         yield endpoint
     finally:
         proc.terminate()

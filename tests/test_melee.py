@@ -256,7 +256,7 @@ def test_slp_job_on_archives(ray_local, tmp_path):
     window = version.window(game["game_id"], first_frame=50, num_frames=30)
     assert window.column("frame").to_pylist() == list(range(50, 80))
     assert set(window.column("game_id").to_pylist()) == {game["game_id"]}
-    assert version.manifest.schema_name == "melee_frames" and version.path.parent.name == "melee_frames"
+    assert version.manifest.schema_name == "melee_frames" and Path(version.path).parent.name == "melee_frames"
 
 
 def test_hub_download_pins_and_filters(monkeypatch, tmp_path):

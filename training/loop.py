@@ -174,17 +174,7 @@ def run_storage(out: str) -> dict:
     fs, path = storage.resolve(storage.join(out, "ray"))
     if storage.is_local(out):
         return {"storage_path": path}
-    return {"storage_path": path, "storage_filesystem": fs, "worker_runtime_env": {"env_vars": store_location()}}
-
-
-STORE_LOCATION_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION")
-"""Where the object store is: passed to Ray Train workers explicitly. Credentials are not: Ray writes a task's
-runtime_env into its logs (runtime_env_agent.log), so workers take theirs from their own node (the environment the
-raylet was started with, ``~/.aws``, or the instance profile ``ray_cluster.yaml`` gives each node)."""
-
-
-def store_location() -> dict[str, str]:
-    return {k: os.environ[k] for k in STORE_LOCATION_VARS if os.environ.get(k)}
+    return {"storage_path": path, "storage_filesystem": fs, "worker_runtime_env": {"env_vars": storage.location_env()}}
 
 
 def check_workers_reach(*uris: str) -> None:
@@ -209,14 +199,14 @@ def check_workers_reach(*uris: str) -> None:
                 return f"{uri}: {err}"
         return None
 
-    task = ray.remote(num_cpus=0, runtime_env={"env_vars": store_location()})(reach)
+    task = ray.remote(num_cpus=0, runtime_env={"env_vars": storage.location_env()})(reach)
     problem = ray.get(task.remote(remote))
     if problem:
         raise PermissionError(
             f"a Ray worker cannot reach {problem}. Workers read the store with the credentials of their own node: "
             "the environment Ray was started with (start Ray, or this script, after exporting AWS_ACCESS_KEY_ID and "
             "AWS_SECRET_ACCESS_KEY), ~/.aws, or the node's instance profile (ray_cluster.yaml); the endpoint and "
-            f"region are passed from this process ({', '.join(STORE_LOCATION_VARS)}).")
+            f"region are passed from this process ({', '.join(storage.LOCATION_VARS)}).")
 
 
 def local_run_folder(out: str) -> Path:
