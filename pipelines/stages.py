@@ -245,30 +245,25 @@ PARSERS: dict[str, type[Parser]] = {}
 _SOURCE_PACKAGE = "pipelines.sources"
 
 
-def register_source(name: str):
-    """Class decorator: make a ``Source`` available as ``--source name``."""
-
-    def register(cls: type[Source]) -> type[Source]:
-        if SOURCES.get(name, cls) is not cls:
-            raise ValueError(f"source {name!r} is registered twice ({SOURCES[name].__module__}, {cls.__module__})")
+def _registrar(registry: dict, kind: str, name: str):
+    def register(cls):
+        if registry.get(name, cls) is not cls:
+            raise ValueError(f"{kind} {name!r} is registered twice ({registry[name].__module__}, {cls.__module__})")
         cls.name = name
-        SOURCES[name] = cls
+        registry[name] = cls
         return cls
 
     return register
+
+
+def register_source(name: str):
+    """Class decorator: make a ``Source`` available as ``--source name``."""
+    return _registrar(SOURCES, "source", name)
 
 
 def register_parser(name: str):
     """Class decorator: make a ``Parser`` available to sources by name."""
-
-    def register(cls: type[Parser]) -> type[Parser]:
-        if PARSERS.get(name, cls) is not cls:
-            raise ValueError(f"parser {name!r} is registered twice ({PARSERS[name].__module__}, {cls.__module__})")
-        cls.name = name
-        PARSERS[name] = cls
-        return cls
-
-    return register
+    return _registrar(PARSERS, "parser", name)
 
 
 def _load() -> None:
