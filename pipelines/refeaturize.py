@@ -55,6 +55,7 @@ def refeaturize_table(table: pa.Table) -> pa.Table:
 
 
 def run(cfg: RefeaturizeConfig, *, log=print):
+    from pipelines.stages import InputRecord
     from pipelines.writer import ShardWriter
     from shards_schema.pokemon import INDEX_SCHEMA, TURNS_SCHEMA
     from shards_schema.reader import open_version
@@ -78,13 +79,11 @@ def run(cfg: RefeaturizeConfig, *, log=print):
             for input_id, spans in rows_by_input.items():
                 first, last = spans[0][0], spans[-1][0] + spans[-1][1]
                 part = table.slice(first, last - first)
-                sink = pa.BufferOutputStream()
-                with pa.ipc.new_stream(sink, TURNS_SCHEMA) as ipc:
-                    ipc.write_table(part)
-                writer.add_result({"input_id": input_id, "input_sha256": None, "status": "written",
-                                   "num_rows": part.num_rows, "turns_ipc": sink.getvalue().to_pybytes()})
+                writer.add_input(InputRecord(input_id=input_id, source="", num_rows=part.num_rows), part)
         for row in quarantine:
-            writer.add_result({**row, "status": row["kind"]})
+            writer.add_input(InputRecord(
+                input_id=row["input_id"], source=row["source"], input_sha256=row["input_sha256"], status=row["kind"],
+                stage=row["stage"], error_type=row["error_type"], reason=row["reason"], message=row["message"]))
         config = {**m.config, "refeaturized_from": f"{m.dataset}/{m.version}"}
         published = writer.publish(source=m.source, source_revision=m.source_revision, config=config)
     except BaseException:

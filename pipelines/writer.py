@@ -252,22 +252,6 @@ class ShardWriter:
             self._append("quarantine.parquet", self._quarantine, QUARANTINE_SCHEMA)
             self._quarantine = []
 
-    def add_result(self, result: dict) -> None:
-        """One input as a dict of ``InputRecord``'s fields, its rows (when written) as an Arrow IPC stream in
-        ``turns_ipc`` and its index rows as JSON in ``index_json``: the form of the callers that re-publish rows
-        they hold already (``pipelines/refeaturize.py``, ``training/world_model_play.py``). The parse job hands
-        typed batches to ``add_batch``."""
-        rows = None
-        if result.get("turns_ipc") is not None:
-            rows = pa.ipc.open_stream(result["turns_ipc"]).read_all()
-        index_json = result.get("index_json")
-        record = InputRecord(
-            input_id=result["input_id"], source=result.get("source") or "", input_sha256=result.get("input_sha256"),
-            status=result["status"], stage=result.get("stage"), error_type=result.get("error_type"),
-            reason=result.get("reason"), message=result.get("message"), dedupe_key=result.get("dedupe_key"),
-            num_rows=result.get("num_rows") or 0, index_rows=json.loads(index_json) if index_json else None)
-        self.add_input(record, rows)
-
     def _add_table(self, input_id: str, table: pa.Table, index_rows: list[dict] | None = None) -> None:
         """Queue one input's rows. ``index_rows`` (row offsets relative to the input) come from parsers whose
         index is not derivable from the rows (Melee games); Pokémon trajectories are found from the rows."""

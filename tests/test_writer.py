@@ -17,6 +17,7 @@ import pytest
 
 import pipelines.writer as writer_module
 from pipelines.parse_replays import ParseConfig
+from pipelines.stages import InputRecord
 from pipelines.writer import ShardWriter, VersionConflictError, WrittenKeys, remove_stale_tmp
 from shards_schema.versions import CodeVersions
 
@@ -33,20 +34,16 @@ def _writer(out: Path, **overrides) -> ShardWriter:
                           "code": CODE, "shard_size_bytes": 1 << 20, **overrides})
 
 
-def _result(input_id: str, key: str, value: int) -> dict:
-    """A parse result of one written input with one row (its own IPC batch)."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, SCHEMA) as stream:
-        stream.write_table(pa.table({"game_id": [key], "value": [value]}, schema=SCHEMA))
-    return {"input_id": input_id, "source": "toy", "input_sha256": None, "status": "written", "stage": None,
-            "error_type": None, "reason": None, "message": None, "dedupe_key": key, "num_rows": 1,
-            "index_json": f'[{{"game_id": "{key}", "row_start": 0, "num_rows": 1}}]',
-            "turns_ipc": sink.getvalue().to_pybytes()}
+def _input(input_id: str, key: str, value: int) -> tuple[InputRecord, pa.Table]:
+    """One written input with one row."""
+    record = InputRecord(input_id=input_id, source="toy", dedupe_key=key, num_rows=1,
+                         index_rows=[{"game_id": key, "row_start": 0, "num_rows": 1}])
+    return record, pa.table({"game_id": [key], "value": [value]}, schema=SCHEMA)
 
 
 def _fill(writer: ShardWriter) -> ShardWriter:
     for i, (input_id, key) in enumerate([("a.slp", "g1"), ("b.slp", "g2"), ("c.zip::x.slp", "g1")]):
-        writer.add_result(_result(input_id, key, i))
+        writer.add_input(*_input(input_id, key, i))
     return writer
 
 
@@ -115,7 +112,7 @@ def _dead_pid() -> int:
 def test_a_killed_writer_leaves_a_folder_the_next_run_removes(tmp_path):
     code = ("import os, signal, sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[1] + '/tests');"
             "from pathlib import Path; import test_writer as t;"
-            "w = t._writer(Path(sys.argv[2])); w.add_result(t._result('a.slp', 'g1', 0)); w._flush();"
+            "w = t._writer(Path(sys.argv[2])); w.add_input(*t._input('a.slp', 'g1', 0)); w._flush();"
             "os.kill(os.getpid(), signal.SIGKILL)")
     proc = subprocess.run([sys.executable, "-c", code, str(REPO_ROOT), str(tmp_path)], capture_output=True)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()

@@ -505,6 +505,7 @@ def write_rollouts(rollouts: list[tuple[Rollout, str]], out: str | Path, *, data
                    config: dict):
     """Publish (rollout, game id) pairs as one ``melee_frames`` shard version under ``OUT/<dataset>/`` with the parse
     job's ``ShardWriter`` (games index, empty quarantine, manifest; one rename). Returns its ``PublishResult``."""
+    from pipelines.stages import InputRecord
     from pipelines.writer import FRAME_PARQUET_OPTIONS, ShardWriter
     from shards_schema.melee import FRAMES_SCHEMA, GAMES_SCHEMA
     from shards_schema.versions import MELEE_FRAMES
@@ -516,15 +517,9 @@ def write_rollouts(rollouts: list[tuple[Rollout, str]], out: str | Path, *, data
         for r, game_id in rollouts:
             ports = tuple(r.game.get("ports") or (0, 1))
             table = unfeaturize(r.features, game_id=game_id, first_frame=r.seed_start, ports=ports)
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, FRAMES_SCHEMA) as stream:
-                stream.write_table(table)
-            writer.add_result({  # the parse stage's result row (pipelines.parse_replays.RESULT_SCHEMA)
-                "input_id": _index_row(r, game_id, table)["input_id"], "source": "world-model-rollout",
-                "input_sha256": None, "status": "written", "stage": None, "error_type": None, "reason": None,
-                "message": None, "dedupe_key": game_id, "num_rows": table.num_rows,
-                "index_json": json.dumps([_index_row(r, game_id, table)]), "turns_ipc": sink.getvalue().to_pybytes(),
-            })
+            index_row = _index_row(r, game_id, table)
+            writer.add_input(InputRecord(input_id=index_row["input_id"], source="world-model-rollout",
+                                         dedupe_key=game_id, num_rows=table.num_rows, index_rows=[index_row]), table)
         return writer.publish(source="world-model-rollout", source_revision=source_revision, config=config)
     except BaseException:
         writer.abort()
