@@ -13,12 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from pipelines.sources import has_suffix, input_id, list_files
+from pipelines.sources import NOT_A_REPLAY, has_suffix, input_id, list_files
 from shards_schema import storage
 
 REPLAY = (".slp",)
 ARCHIVES = (".zip", ".7z", ".tar", ".tar.gz", ".tgz")
-NOT_A_REPLAY = "not_a_replay"
 REST = "<rest of archive>"
 
 

@@ -14,6 +14,9 @@ from urllib.parse import unquote
 
 from shards_schema import storage
 
+NOT_A_REPLAY = "not_a_replay"
+"""The filter reason of a file or archive member under --input that is not an input of the source."""
+
 HUB_BOOKKEEPING = ".cache/huggingface/"
 """Where ``--download`` (``hf_hub_download(local_dir=...)``) keeps its metadata and locks below ``--input``:
 not inputs."""

@@ -41,7 +41,7 @@ from pipelines.errors import (
 from pipelines.pokemon.dex import TYPELESS, to_id
 from pipelines.pokemon.parser import PokemonParser
 from pipelines.pokemon.trajectory import TrajectoryMeta, build_rows, derived_mask
-from pipelines.sources import has_suffix, input_id, is_hub, list_files, local_root, pin_hub_input
+from pipelines.sources import NOT_A_REPLAY, has_suffix, input_id, is_hub, list_files, local_root, pin_hub_input
 from pipelines.stages import Parsed, Plan, Source, read_row, register_parser, register_source
 from shards_schema import storage
 
@@ -54,7 +54,6 @@ _NAME = re.compile(
     r"(?i:\.json\.lz4)$"
 )
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
-NOT_A_REPLAY = "not_a_replay"
 
 
 @dataclass(frozen=True)
