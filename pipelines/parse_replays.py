@@ -146,8 +146,8 @@ class ParseInputs:
         gc.disable()
         try:
             for input_id, payload, read_error, source_filter, facts_json in zip(
-                    batch["input_id"].to_pylist(), batch["payload"].to_pylist(), _column(batch, "read_error"),
-                    _column(batch, "filter_reason"), _column(batch, "facts_json"), strict=True):
+                    batch["input_id"].to_pylist(), batch["payload"].to_pylist(), batch["read_error"].to_pylist(),
+                    batch["filter_reason"].to_pylist(), batch["facts_json"].to_pylist(), strict=True):
                 sha = hashlib.sha256(payload).hexdigest() if payload is not None else None
                 record = InputRecord(input_id=input_id, source=self.source, input_sha256=sha)
                 try:
@@ -204,11 +204,6 @@ class ParseInputs:
                                                   reason="schema_violation",
                                                   message=f"rows do not fit {schema.metadata}: {err}")
         return pa.concat_tables(tables) if tables else schema.empty_table()
-
-
-def _column(batch: pa.Table, name: str) -> list:
-    """A read-row column, or Nones where a read task built its rows without it (tests, older callers)."""
-    return batch[name].to_pylist() if name in batch.column_names else [None] * batch.num_rows
 
 
 # ---------------------------------------------------------------------------- read stage (the source's)

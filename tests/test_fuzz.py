@@ -14,6 +14,7 @@ from pipelines.errors import InputError
 from pipelines.parse_replays import ParseConfig, ParseInputs, run
 from pipelines.pokemon.dex import known_formats, load_dex
 from pipelines.sources import generated, metamon
+from pipelines.stages import read_row
 
 DEXES = {g: load_dex(g) for g in range(1, 10)}
 
@@ -112,7 +113,7 @@ def test_unexpected_exceptions_are_recorded_not_fatal(monkeypatch):
         raise ZeroDivisionError("bug")
 
     monkeypatch.setattr(actor.parser, "parse", broken)
-    [out] = actor.parse_batch(pa.table({"input_id": ["x"], "payload": [b"1"], "read_error": [None]})).records
+    [out] = actor.parse_batch(pa.Table.from_pylist([read_row("x", b"1")])).records
     assert out.status == "quarantined" and out.reason == "parser_bug"
     assert "ZeroDivisionError" in out.message
 

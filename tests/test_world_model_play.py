@@ -63,6 +63,7 @@ def frames_version(tmp_path_factory):
     shared 2-core machine, this takes about 1 s."""
     from pipelines.parse_replays import ParseConfig, ParseInputs
     from pipelines.sources.slp import SlpConfig
+    from pipelines.stages import read_row
     from pipelines.writer import FRAME_PARQUET_OPTIONS, ShardWriter
     from shards_schema.melee import FRAMES_SCHEMA, GAMES_SCHEMA
     from shards_schema.reader import open_version
@@ -72,8 +73,7 @@ def frames_version(tmp_path_factory):
     paths = [root / name for name in GAMES]
     if not all(p.exists() for p in paths):
         pytest.skip(f"{GAMES} are not all in {root}")
-    batch = pa.table({"input_id": list(GAMES), "payload": [p.read_bytes() for p in paths],
-                      "read_error": pa.nulls(len(paths), pa.string())})
+    batch = pa.Table.from_pylist([read_row(game, p.read_bytes()) for game, p in zip(GAMES, paths, strict=True)])
     cfg = ParseConfig(source="slp", out="unused", slp=SlpConfig(min_frames=0, allow_cpu=True))
     results = ParseInputs(cfg).parse_batch(batch)
     assert [r.status for r in results.records] == ["written"] * len(GAMES)
