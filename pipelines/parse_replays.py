@@ -3,13 +3,14 @@
     python pipelines/parse_replays.py --source generated --out out/            # the built-in default
     python pipelines/parse_replays.py --source metamon --input DIR --out out/ --formats gen1ou
     python pipelines/parse_replays.py --source hf-raw --input hf://datasets/jakegrigsby/metamon-raw-replays@v1 ...
-    ray job submit --working-dir . -- python pipelines/parse_replays.py --source slp --input s3://bucket/slp ...
+    ray job submit --working-dir . -- python pipelines/parse_replays.py --source slp --input s3://b/slp --out s3://b/shards
 
-Stages (``pipelines/stages.py``): the ``Source`` named by ``--source`` plans work items on the driver and reads raw
-inputs in Ray tasks, by URI (``--input`` is a local path, ``s3://``, ``gs://`` or ``hf://``) → an actor pool runs
-the source's ``Parser`` on each input: rows cast to the declared schema, or one drop record → the driver's
-``ShardWriter`` packs whole trajectories into shards in input order and publishes ``OUT/<dataset>/<version>/``
-with one rename. The last line printed is the published path.
+Stages (``pipelines/stages.py``): the ``Source`` named by ``--source`` plans work items on the driver, packed into
+read tasks of about one shard each; read tasks read raw inputs by URI (``--input`` is a local path, ``s3://``,
+``gs://`` or ``hf://``) and cut them into groups of consecutive inputs → an actor pool runs the source's ``Parser``
+on each group's inputs and writes the group's shards straight into ``OUT/<dataset>/<version>/`` (``--out`` is a
+local path or a URI) → the driver takes each group's small per-input records in input order and writes index,
+quarantine and, last, the manifest (``pipelines/writer.py``). The last line printed is the published version.
 """
 
 from __future__ import annotations
@@ -125,15 +126,27 @@ class ParseConfig:
 
 # ---------------------------------------------------------------------------- parse stage (runs in actors)
 class ParseInputs:
-    """Runs the source's parser on a batch of raw inputs (the ``read_row`` rows of a read task); the parser's
-    expensive set-up (dex, vocabulary) happens once per actor. Returns a ``ParsedBatch`` as one Arrow block."""
+    """Runs the source's parser on raw inputs (``read_row`` rows); the parser's expensive set-up (dex, vocabulary)
+    happens once per actor. As a Ray Data actor it takes groups (``read_groups`` rows), writes each group's shards
+    into the version folder and returns its ``GroupResult``."""
 
-    def __init__(self, cfg: ParseConfig):
+    def __init__(self, cfg: ParseConfig, version_uri: str = ""):
         self.source = cfg.source
         self.parser = cfg.parser(cfg, cfg.source)
+        self.version_uri = version_uri
+        self.shard_size_bytes = int(cfg.shard_size_mb * 1024 * 1024)
 
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        return self.parse_batch(batch).to_arrow()
+    def __call__(self, groups: pa.Table) -> pa.Table:
+        from pipelines.writer import GroupWriter
+
+        results = []
+        for i, group in enumerate(groups.column("group").to_pylist()):
+            inputs = pa.Table.from_struct_array(groups.column("inputs")[i].values)
+            writer = GroupWriter(self.version_uri, group, self.parser.schema, shard_size_bytes=self.shard_size_bytes,
+                                 parquet_options=self.parser.parquet_options)
+            writer.add_batch(self.parse_batch(inputs))
+            results.append(writer.close().to_arrow())
+        return pa.concat_tables(results)
 
     def parse_batch(self, batch: pa.Table) -> ParsedBatch:
         import gc
@@ -207,6 +220,38 @@ class ParseInputs:
 
 
 # ---------------------------------------------------------------------------- read stage (the source's)
+MAX_GROUP_INPUT_BYTES = 512 * 1024 * 1024
+"""A group's raw inputs travel as one Ray object and are held by its parse actor beside their rows: bounded, so a
+node's actors fit in memory. Melee inputs shrink ~16x (``SlpSource.shard_bytes_per_input_byte``): their shards come
+out at ~32 MB at most, whatever --shard-size-mb above that."""
+_READ_ROW = pa.struct([("input_id", pa.string()), ("payload", pa.large_binary()), ("read_error", pa.string()),
+                       ("filter_reason", pa.string()), ("facts_json", pa.string())])
+
+
+def read_groups(tasks: pa.Table, *, source: stages.Source, group_bytes: float):
+    """A read task: reads its work items in order and yields their inputs in groups of consecutive inputs of about
+    ``group_bytes`` input bytes (an input is never split; a group never spans tasks), one row per group named
+    ``<task>-<group>``. Cut by the bytes read, the groups are the same on every run: shard boundaries follow."""
+    import json
+
+    for task, items_json in zip(tasks.column("task").to_pylist(), tasks.column("items").to_pylist(), strict=True):
+        rows, size, number = [], 0, 0
+        for item in json.loads(items_json):
+            for row in source.read(item):
+                rows.append(row)
+                size += len(row["payload"] or b"")
+                if size >= group_bytes:
+                    yield _group_row(f"{task:05d}-{number:03d}", rows)
+                    rows, size, number = [], 0, number + 1
+        if rows:
+            yield _group_row(f"{task:05d}-{number:03d}", rows)
+
+
+def _group_row(group: str, rows: list[dict]) -> pa.Table:
+    inputs = pa.array([rows], pa.list_(_READ_ROW))
+    return pa.table({"group": [group], "inputs": inputs})
+
+
 def _storage_env() -> dict[str, str]:
     """Where the object store is, for the tasks of a local Ray instance: one started before these were set hands
     its workers the environment of its start. Never the keys (see ``storage.LOCATION_VARS``); on a cluster
@@ -216,18 +261,13 @@ def _storage_env() -> dict[str, str]:
     return {} if os.environ.get("RAY_ADDRESS") else storage.location_env()
 
 
-def read_stage(cfg: ParseConfig, source: stages.Source):
-    """(dataset of read rows, number of read tasks, source revision)."""
-    import ray.data
+def version_spec(cfg: ParseConfig, plan: stages.Plan):
+    """The version this job writes, named before any input is read."""
+    from pipelines.writer import VersionSpec
 
-    plan = source.plan()
-    blocks = len(plan.items) if source.max_read_blocks is None else min(len(plan.items), source.max_read_blocks)
-    ds = ray.data.from_items(plan.items, override_num_blocks=max(1, blocks))
-    env = _storage_env()
-    ds = ds.flat_map(source.read, num_cpus=cfg.cpus_per_actor,
-                     concurrency=cfg.num_parse_actors if source.bounded_reads else None,
-                     **({"runtime_env": {"env_vars": env}} if env else {}))
-    return ds, len(plan.items), plan.revision
+    return VersionSpec(out_root=cfg.out, dataset=cfg.dataset or cfg.schema_name, code=cfg.parser.versions,
+                       source=cfg.source, source_revision=plan.revision, config=cfg.output_config(),
+                       planned_inputs=plan.identity())
 
 
 # ---------------------------------------------------------------------------- driver
@@ -241,44 +281,57 @@ def init_ray(cfg: ParseConfig) -> None:
 def run(cfg: ParseConfig, *, log=print):
     """Run the job; returns the writer's ``PublishResult``."""
     init_ray(cfg)  # before the first `import ray`: a local instance then binds 127.0.0.1 only (pipelines/ray_start.py)
+    import json
+
     import ray.data
 
-    from pipelines.writer import ShardWriter
+    from pipelines.writer import GroupResult, VersionPublisher, drop_rows
 
     ctx = ray.data.DataContext.get_current()
-    ctx.execution_options.preserve_order = True  # deterministic shard contents and names
+    ctx.execution_options.preserve_order = True  # groups reach the driver in input order
     ctx.enable_progress_bars = False
     source, parser = cfg.make_source(), cfg.parser
-    ds, planned, revision = read_stage(cfg, source)
-    log(f"[parse] source={cfg.source} formats={cfg.effective_formats or 'all'} read tasks={planned}")
+    plan = source.plan()
+    spec = version_spec(cfg, plan)
+    group_bytes = min(cfg.shard_size_mb * 1024 * 1024 / source.shard_bytes_per_input_byte, MAX_GROUP_INPUT_BYTES)
+    tasks = stages.pack_tasks(plan.items, group_bytes)
+    log(f"[parse] source={cfg.source} formats={cfg.effective_formats or 'all'} work items={len(plan.items)} "
+        f"read tasks={len(tasks)} → {spec.uri}")
     env = _storage_env()
-    ds = ds.map_batches(
-        ParseInputs, batch_format="pyarrow", batch_size=cfg.inputs_per_batch,
-        compute=ray.data.ActorPoolStrategy(size=cfg.num_parse_actors),
-        num_cpus=cfg.cpus_per_actor, fn_constructor_kwargs={"cfg": cfg},
-        **({"runtime_env": {"env_vars": env}} if env else {}),
-    )
-    writer = ShardWriter(out_root=Path(cfg.out).resolve(), dataset=cfg.dataset or parser.schema_name(),
-                         schema=parser.schema, index_schema=parser.index_schema, code=parser.versions,
-                         shard_size_bytes=int(cfg.shard_size_mb * 1024 * 1024),
-                         parquet_options=parser.parquet_options)
-    for path in writer.removed_tmp:
-        log(f"[parse] removed {path}: the temporary folder of a writer that is gone (a killed run)")
+    runtime_env = {"runtime_env": {"env_vars": env}} if env else {}
+    ds = ray.data.from_items([{"task": i, "items": json.dumps(t)} for i, t in enumerate(tasks)],
+                             override_num_blocks=max(1, len(tasks)))
+    # Reads wait on storage and decompress; they ask for half an actor's CPU. A request unlike the actors' also keeps
+    # Ray Data from fusing the read into the parse actors, which would then parse every group of a read task (a whole
+    # archive) on one actor instead of spreading its groups over all of them.
+    ds = ds.map_batches(read_groups, batch_size=1, batch_format="pyarrow", num_cpus=cfg.cpus_per_actor / 2,
+                        fn_kwargs={"source": source, "group_bytes": group_bytes},
+                        concurrency=cfg.num_parse_actors if source.bounded_reads else None, **runtime_env)
+    ds = ds.map_batches(ParseInputs, batch_format="pyarrow", batch_size=1,
+                        compute=ray.data.ActorPoolStrategy(size=cfg.num_parse_actors), num_cpus=cfg.cpus_per_actor,
+                        fn_constructor_kwargs={"cfg": cfg, "version_uri": spec.uri}, **runtime_env)
+    rewrite = ray.remote(num_cpus=cfg.cpus_per_actor, **runtime_env)(drop_rows)
+    publisher = VersionPublisher(spec, schema=parser.schema, index_schema=parser.index_schema,
+                                 parquet_options=parser.parquet_options,
+                                 rewrite=lambda *args: ray.get(rewrite.remote(*args)))
     start = last = time.monotonic()
     try:
         for block in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-            writer.add_batch(ParsedBatch.from_arrow(block, parser.schema))
+            for result in GroupResult.from_arrow(block):
+                publisher.add_group(result)
             now = time.monotonic()
             if now - last >= cfg.progress_every_s:
                 last = now
-                log(f"[parse] {writer.inputs} inputs, {writer.trajectories} trajectories, {writer.rows} rows, "
-                    f"{writer.rows / (now - start):.0f} rows/s, {sum(writer.quarantined.values())} quarantined")
-        published = writer.publish(source=cfg.source, source_revision=revision, config=cfg.output_config())
+                log(f"[parse] {publisher.inputs} inputs, {publisher.trajectories} trajectories, {publisher.rows} "
+                    f"rows, {publisher.rows / (now - start):.0f} rows/s, {sum(publisher.quarantined.values())} "
+                    "quarantined")
+        published = publisher.publish()
     except BaseException:
-        writer.abort()
+        publisher.abort()
         raise
-    elapsed = time.monotonic() - start
-    _summary(published, elapsed, log)
+    for name in published.removed:
+        log(f"[parse] removed {name}: a file of a run that was killed or had other contents")
+    _summary(published, time.monotonic() - start, log)
     return published
 
 
@@ -299,7 +352,7 @@ def _summary(published, elapsed_s: float, log) -> None:
         f"over {elapsed_s:.1f}s")
     log("[parse] " + ("already published with identical contents: " if published.reused else "published: ")
         + f"{m.dataset}/{m.version}")
-    log(str(published.path))
+    log(published.uri)
 
 
 def main(argv: list[str] | None = None) -> None:

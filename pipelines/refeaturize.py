@@ -56,15 +56,18 @@ def refeaturize_table(table: pa.Table) -> pa.Table:
 
 def run(cfg: RefeaturizeConfig, *, log=print):
     from pipelines.stages import InputRecord
-    from pipelines.writer import ShardWriter
+    from pipelines.writer import ShardWriter, VersionSpec
     from shards_schema.pokemon import INDEX_SCHEMA, TURNS_SCHEMA
     from shards_schema.reader import open_version
     from shards_schema.versions import POKEMON_TURNS
 
     source = open_version(cfg.input, ignore_versions=("observation",))
     m = source.manifest
-    writer = ShardWriter(out_root=Path(cfg.out).resolve(), dataset=cfg.dataset or m.dataset, schema=TURNS_SCHEMA,
-                         index_schema=INDEX_SCHEMA, code=POKEMON_TURNS,
+    config = {**m.config, "refeaturized_from": f"{m.dataset}/{m.version}"}
+    # the inputs are those of the version read (its inputs_sha256 hashes their bytes), known before any row is read
+    spec = VersionSpec(out_root=cfg.out, dataset=cfg.dataset or m.dataset, code=POKEMON_TURNS, source=m.source,
+                       source_revision=m.source_revision, config=config, planned_inputs=m.inputs_sha256)
+    writer = ShardWriter(spec, schema=TURNS_SCHEMA, index_schema=INDEX_SCHEMA,
                          shard_size_bytes=int(cfg.shard_size_mb * 1024 * 1024))
     start = time.monotonic()
     index = source.index().to_pylist()
@@ -84,14 +87,13 @@ def run(cfg: RefeaturizeConfig, *, log=print):
             writer.add_input(InputRecord(
                 input_id=row["input_id"], source=row["source"], input_sha256=row["input_sha256"], status=row["kind"],
                 stage=row["stage"], error_type=row["error_type"], reason=row["reason"], message=row["message"]))
-        config = {**m.config, "refeaturized_from": f"{m.dataset}/{m.version}"}
-        published = writer.publish(source=m.source, source_revision=m.source_revision, config=config)
+        published = writer.publish()
     except BaseException:
         writer.abort()
         raise
     log(f"[refeaturize] {published.manifest.counts.rows} rows re-derived with observation spec "
         f"{POKEMON_TURNS.observation} in {time.monotonic() - start:.1f}s")
-    log(str(published.path))
+    log(published.uri)
     return published
 
 

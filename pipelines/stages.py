@@ -15,6 +15,7 @@ of structs of the row schema, so no bytes are re-encoded on the way.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import pkgutil
@@ -47,17 +48,49 @@ def read_row(input_id: str, payload: bytes | None = None, *, read_error: str | N
             "facts_json": json.dumps(facts, sort_keys=True) if facts else None}
 
 
+def work_item(item_id: str, num_bytes: int | None, **fields) -> dict:
+    """One planned work item: ``id`` names it the same wherever the inputs are (a path relative to --input, a
+    generation chunk), ``bytes`` is its size as listed (None: nothing listed; an ``estimate_bytes`` field then
+    packs it), ``fields`` what its read needs (URIs...). Values are JSON-able: items travel to read tasks as JSON."""
+    return {"id": item_id, "bytes": num_bytes, **fields}
+
+
 @dataclass(frozen=True)
 class Plan:
     """What a source's driver-side planning found.
 
     Attributes:
-        items: one small picklable record per read task, in the order inputs are written.
+        items: one small picklable ``work_item`` per unit of reading, in the order inputs are written.
         revision: what the inputs' bytes are pinned to (a hub commit, a generator version), or None.
     """
 
     items: list[dict]
     revision: str | None
+
+    def identity(self) -> str:
+        """sha256 over the items' ids and sizes, in order: the planned inputs' part of a version's name, known
+        before any input is read (workers write into the version as they go). The bytes read are hashed into the
+        manifest's ``inputs_sha256``; an input changed in place under the same name and size is caught when the
+        version is published (``pipelines.writer.VersionConflictError``)."""
+        digest = hashlib.sha256()
+        for item in self.items:
+            digest.update(f"{item['id']}\t{item.get('bytes')}\n".encode())
+        return digest.hexdigest()
+
+
+def pack_tasks(items: list[dict], budget_bytes: float) -> list[list[dict]]:
+    """Consecutive work items in read tasks of about ``budget_bytes`` bytes (a larger item is a task alone; an item
+    without ``bytes`` counts its ``estimate_bytes``, else a whole budget). Deterministic: shard boundaries follow."""
+    tasks, current, size = [], [], 0.0
+    for item in items:
+        current.append(item)
+        size += item["bytes"] if item.get("bytes") is not None else item.get("estimate_bytes") or budget_bytes
+        if size >= budget_bytes:
+            tasks.append(current)
+            current, size = [], 0.0
+    if current:
+        tasks.append(current)
+    return tasks
 
 
 class Source(ABC):
@@ -67,7 +100,8 @@ class Source(ABC):
     Class attributes:
         name: the ``--source`` value.
         parser: the name of the registered ``Parser`` of its inputs.
-        max_read_blocks: at most this many Ray Data blocks of work items (None: one per item).
+        shard_bytes_per_input_byte: about how many shard bytes one byte of its inputs becomes (measured; see each
+            source): inputs are grouped so that a group makes about one shard of ``--shard-size-mb``.
         bounded_reads: at most ``--num-parse-actors`` read tasks at once (else Ray Data decides), for reads that
             start processes of their own (the simulator).
         needs_input: whether ``--input`` is required.
@@ -76,7 +110,7 @@ class Source(ABC):
 
     name: ClassVar[str]
     parser: ClassVar[str]
-    max_read_blocks: ClassVar[int | None] = 200
+    shard_bytes_per_input_byte: ClassVar[float]
     bounded_reads: ClassVar[bool] = False
     needs_input: ClassVar[bool] = True
     default_formats: ClassVar[tuple[str, ...]] = ()
@@ -192,6 +226,24 @@ assert [name for name, _ in _RECORD_COLUMNS] == [
     "index_json" if f.name == "index_rows" else f.name for f in fields(InputRecord)]
 
 
+def record_table(records: list[InputRecord]) -> pa.Table:
+    """Records as Arrow columns (index rows as JSON: their fields depend on the schema)."""
+    rows = [asdict(r) for r in records]
+    for r in rows:
+        index_rows = r.pop("index_rows")
+        r["index_json"] = json.dumps(index_rows) if index_rows else None
+    return pa.Table.from_pylist(rows, schema=pa.schema(_RECORD_COLUMNS))
+
+
+def records_of(table: pa.Table) -> list[InputRecord]:
+    """The records of a ``record_table`` (extra columns are ignored)."""
+    out = []
+    for row in table.select([name for name, _ in _RECORD_COLUMNS]).to_pylist():
+        index_json = row.pop("index_json")
+        out.append(InputRecord(**row, index_rows=json.loads(index_json) if index_json else None))
+    return out
+
+
 def result_schema(row_schema: pa.Schema) -> pa.Schema:
     """The Arrow block of a ``ParsedBatch``: one row per input, its rows nested as a list of row structs."""
     return pa.schema([*_RECORD_COLUMNS, ("rows", pa.list_(pa.struct(list(row_schema))))])
@@ -218,20 +270,12 @@ class ParsedBatch:
             offsets.append(at)
         nested = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()),
                                           self.rows.to_struct_array().combine_chunks())
-        records = [asdict(r) for r in self.records]
-        for r in records:
-            index_rows = r.pop("index_rows")
-            r["index_json"] = json.dumps(index_rows) if index_rows else None
-        columns = pa.Table.from_pylist(records, schema=pa.schema(_RECORD_COLUMNS))
-        return columns.append_column(pa.field("rows", nested.type), nested)
+        return record_table(self.records).append_column(pa.field("rows", nested.type), nested)
 
     @classmethod
     def from_arrow(cls, block: pa.Table, row_schema: pa.Schema) -> ParsedBatch:
         """The batch of a block made by ``to_arrow`` (Ray Data may have joined several into one)."""
-        records = []
-        for row in block.drop_columns(["rows"]).to_pylist():
-            index_json = row.pop("index_json")
-            records.append(InputRecord(**row, index_rows=json.loads(index_json) if index_json else None))
+        records = records_of(block.drop_columns(["rows"]))
         tables = [pa.Table.from_struct_array(chunk.flatten()) for chunk in block.column("rows").chunks]
         rows = pa.concat_tables(tables) if tables else row_schema.empty_table()
         # The struct drops the schema's metadata (schema name and version, which every shard file carries):

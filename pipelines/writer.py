@@ -1,24 +1,35 @@
-"""The shard writer: the only code that writes into a shard version.
+"""The shard writer: the only code that writes into a shard version, on any store (local folder, s3://, gs://).
 
-It receives parsed inputs in a deterministic order, packs whole trajectories into ``part-NNNNN.parquet`` files of a
-target size, keeps the per-trajectory index and the quarantine table, and publishes the version folder with one
-atomic rename after the manifest is written. The version name is derived from the inputs, the code versions and
-the output-shaping config, so a re-run on the same inputs yields the same bytes under the same name.
+A version is ``OUT/<dataset>/<version>/``: ``part-*.parquet`` shards, ``index-*.parquet``, ``quarantine-*.parquet``
+and ``manifest.json``. Its name is known before any input is read (``VersionSpec``: the planned inputs' names and
+sizes, the code versions, the source, its revision and the output-shaping config), so the workers that parse inputs
+write their shards straight into it (``GroupWriter``), one group of consecutive inputs at a time, and hand the driver
+small per-input records (``GroupResult``). The driver (``VersionPublisher``) takes the groups in input order, drops
+inputs whose dedupe key an earlier group wrote (rewriting the affected shards, through the same encoder), writes
+index and quarantine, and publishes.
+
+Object stores have no rename, so publishing is: every file named by its contents' hash and written whole (never
+overwritten with other bytes), then the manifest, last, with a conditional create (``storage.create_exclusive``). A
+folder without a manifest is not a version: readers refuse it. A killed run leaves files no manifest names; the next
+run of the same version writes the same names (same bytes), and deletes what its published manifest does not name.
+Two runs of one version with different contents (code changed without a version bump, an input changed in place)
+cannot mix: their files have other names, only one manifest is created, the other run gets ``VersionConflictError``
+and removes its own files.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
-import os
 import re
 import shutil
-import socket
 import subprocess
+import tempfile
 from array import array
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -26,10 +37,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.stages import InputRecord, ParsedBatch
-from shards_schema.manifest import MANIFEST_FORMAT, Counts, FileEntry, Manifest
+from pipelines.stages import InputRecord, ParsedBatch, record_table, records_of
+from shards_schema import storage
+from shards_schema.manifest import MANIFEST_FORMAT, MANIFEST_NAME, Counts, FileEntry, Manifest
 from shards_schema.quarantine import QUARANTINE_SCHEMA
-from shards_schema.reader import sha256_file
 from shards_schema.versions import CodeVersions
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -148,74 +159,136 @@ def _trajectory_index(table: pa.Table) -> list[dict]:
     return out
 
 
-class VersionConflictError(RuntimeError):
-    """A version folder with this name exists with other contents: the code changed without a version bump."""
-
-
-@dataclass
-class PublishResult:
-    """Where the version went and whether this run wrote it or found it already published."""
-
-    path: Path
-    manifest: Manifest
-    reused: bool
-
-
-@dataclass
-class ShardWriter:
-    """Streams parsed inputs into shards.
+# ---------------------------------------------------------------------------- what a version is
+@dataclass(frozen=True, kw_only=True)
+class VersionSpec:
+    """Everything a version's name comes from, known before any input is read; picklable, handed to workers.
 
     Attributes:
-        out_root: the job's ``--out`` folder.
+        out_root: the job's ``--out`` (a local folder or a URI).
         dataset: dataset folder name.
-        schema: the declared row schema.
-        index_schema: the declared index schema.
-        code: the code versions written into the manifest.
-        shard_size_bytes: target Parquet file size.
-        parquet_options: pyarrow Parquet options of the shards (default: zstd 3 with dictionaries).
+        code: the code versions of its rows.
+        source: source name.
+        source_revision: what the inputs are pinned to (a hub commit, a generator version), or None.
+        config: the config fields that shape the output.
+        planned_inputs: the planned inputs' identity (``pipelines.stages.Plan.identity``; for in-process writers,
+            whatever names their inputs: the version they were made from, a rollout's checkpoint and seeds).
     """
 
-    out_root: Path
+    out_root: str
     dataset: str
-    schema: pa.Schema
-    index_schema: pa.Schema
     code: CodeVersions
-    shard_size_bytes: int
-    parquet_options: dict | None = None
-    _tmp: Path = field(init=False)
-    _pending: list[pa.Table] = field(init=False, default_factory=list)
-    _pending_index: list[dict] = field(init=False, default_factory=list)
-    _pending_bytes: int = field(init=False, default=0)
-    _pending_rows: int = field(init=False, default=0)
-    _bytes_per_arrow_byte: float = field(init=False, default=0.25)
-    _files: list[FileEntry] = field(init=False, default_factory=list)
-    _quarantine: list[dict] = field(init=False, default_factory=list)
-    _side_writers: dict = field(init=False, default_factory=dict)
-    """Streaming writers of index.parquet and quarantine.parquet: memory stays bounded however many inputs."""
-    _inputs_digest: hashlib._Hash = field(init=False, default_factory=hashlib.sha256)
-    _seen: WrittenKeys = field(init=False, default_factory=WrittenKeys)
-    """Dedupe keys written so far and the input that wrote each (see ``WrittenKeys`` for the memory per key)."""
-    removed_tmp: list[Path] = field(init=False, default_factory=list)
-    """Temporary folders of dead writers this writer removed when it started (see ``remove_stale_tmp``)."""
-    inputs: int = field(init=False, default=0)
-    written: int = field(init=False, default=0)
-    filtered: Counter = field(init=False, default_factory=Counter)
-    quarantined: Counter = field(init=False, default_factory=Counter)
-    trajectories: int = field(init=False, default=0)
-    rows: int = field(init=False, default=0)
-    unknown_words: int = field(init=False, default=0)
+    source: str
+    source_revision: str | None
+    config: dict
+    planned_inputs: str
 
     def __post_init__(self):
         check_name(self.dataset, "the dataset name (--dataset)")
-        dataset_dir = self.out_root / self.dataset
-        dataset_dir.mkdir(parents=True, exist_ok=True)
-        self.removed_tmp = remove_stale_tmp(dataset_dir)
-        self._tmp = dataset_dir / _tmp_name()
-        self._tmp.mkdir()
+        object.__setattr__(self, "out_root", storage.normalize(str(self.out_root)))
 
-    # -------------------------------------------------------------- inputs
+    @cached_property
+    def version(self) -> str:
+        c = self.code
+        identity = json.dumps({"inputs": self.planned_inputs, "schema": c.schema, "parser": c.parser,
+                               "observation": c.observation, "source": self.source, "revision": self.source_revision,
+                               "config": self.config}, sort_keys=True)
+        return f"v{c.schema}-p{c.parser}-o{c.observation}-{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
+
+    @property
+    def uri(self) -> str:
+        """The version folder: ``OUT/<dataset>/<version>``."""
+        return storage.join(self.out_root, self.dataset, self.version)
+
+
+def encode_parquet(table: pa.Table, options: dict | None, row_group_rows: int = _ROW_GROUP_ROWS) -> bytes:
+    """A table's Parquet bytes, as every file of a version is written (deterministic for the same rows)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, row_group_size=row_group_rows, **(options or _PARQUET_OPTIONS))
+    return sink.getvalue().to_pybytes()
+
+
+def put_named(folder: str, stem: str, data: bytes, rows: int) -> FileEntry:
+    """Write ``data`` as ``<stem>-<sha256[:12]>.parquet`` in ``folder`` unless a file of that name is there (it holds
+    these bytes); its manifest entry."""
+    sha = hashlib.sha256(data).hexdigest()
+    name = f"{stem}-{sha[:12]}.parquet"
+    storage.put_file(storage.join(folder, name), data)
+    return FileEntry(path=name, rows=rows, bytes=len(data), sha256=sha)
+
+
+# ---------------------------------------------------------------------------- worker side
+@dataclass(frozen=True, kw_only=True)
+class Placement:
+    """Where a written input's rows went.
+
+    Attributes:
+        file: the shard file name.
+        row_start: the input's first row in that file.
+        unknown_words: observation words outside the vocabulary in its rows.
+    """
+
+    file: str
+    row_start: int
+    unknown_words: int = 0
+
+
+_PLACEMENT = pa.struct([("file", pa.string()), ("row_start", pa.int64()), ("unknown_words", pa.int64())])
+_FILE = pa.struct([("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()), ("sha256", pa.string())])
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    """What a worker hands the driver for one group of consecutive inputs: a record per input (index rows filled
+    in, relative to the input), where each written one's rows are, and the shard files it wrote. Small: no rows."""
+
+    group: str
+    records: list[InputRecord]
+    placements: list[Placement | None]
+    files: list[FileEntry]
+
+    def to_arrow(self) -> pa.Table:
+        """One row (what a Ray Data batch function returns)."""
+        records = record_table(self.records)
+        placements = pa.array([p.__dict__ if p else None for p in self.placements], _PLACEMENT)
+        records = records.append_column("placement", placements)
+        nested = pa.ListArray.from_arrays(pa.array([0, len(self.records)], pa.int32()),
+                                          records.to_struct_array().combine_chunks())
+        files = pa.array([[f.__dict__ for f in self.files]], pa.list_(_FILE))
+        return pa.table({"group": [self.group], "records": nested, "files": files})
+
+    @classmethod
+    def from_arrow(cls, block: pa.Table) -> list[GroupResult]:
+        """The groups of a block of ``to_arrow`` rows (Ray Data may join several), in order."""
+        out = []
+        groups, files = block.column("group").to_pylist(), block.column("files").to_pylist()
+        records = block.column("records")
+        for i, (group, group_files) in enumerate(zip(groups, files, strict=True)):
+            table = pa.Table.from_struct_array(records[i].values)
+            placements = [Placement(**p) if p else None for p in table.column("placement").to_pylist()]
+            out.append(cls(group, records_of(table), placements, [FileEntry(**f) for f in group_files]))
+        return out
+
+
+class GroupWriter:
+    """Writes the rows of one group of consecutive inputs into shards of about ``shard_size_bytes``, straight into
+    the version folder, and keeps each input's record. Duplicates inside the group are dropped here (the first input
+    wins, as everywhere); the driver drops those an earlier group wrote."""
+
+    def __init__(self, version_uri: str, group: str, schema: pa.Schema, *, shard_size_bytes: int,
+                 parquet_options: dict | None = None):
+        self.version_uri, self.group, self.schema = version_uri, group, schema
+        self.shard_size_bytes, self.parquet_options = shard_size_bytes, parquet_options
+        self._records: list[InputRecord] = []
+        self._placements: list[Placement | None] = []
+        self._files: list[FileEntry] = []
+        self._pending: list[pa.Table] = []
+        self._pending_bytes = 0
+        self._pending_rows = 0
+        self._bytes_per_arrow_byte = 0.25
+        self._seen: dict[str, str] = {}
+
     def add_batch(self, batch: ParsedBatch) -> None:
-        """The parse of consecutive inputs (``pipelines.stages.ParsedBatch``), in deterministic order."""
         offset = 0
         for record in batch.records:
             rows = None
@@ -226,206 +299,255 @@ class ShardWriter:
 
     def add_input(self, record: InputRecord, rows: pa.Table | None = None) -> None:
         """One input's outcome, and its rows when it was written (``record.num_rows`` of them)."""
-        self.inputs += 1
-        self._inputs_digest.update(f"{record.input_id}\t{record.input_sha256 or '-'}\n".encode())
         if record.status == "written":
             if rows is None or rows.num_rows != record.num_rows:
                 raise AssertionError(f"{record.input_id}: {record.num_rows} rows announced, "
                                      f"{0 if rows is None else rows.num_rows} received")
             key = record.dedupe_key
-            winner = self._seen.claim(key, record.input_id) if key is not None else None
-            if winner is not None:
+            winner = self._seen.setdefault(key, record.input_id) if key is not None else record.input_id
+            if winner != record.input_id:
                 record = record.dropped("filtered", stage="filter", error_type="filter", reason="duplicate",
                                         message=f"{key} was already written by input {winner}")
-        if record.status == "written":
-            self._add_table(record.input_id, rows, record.index_rows)
-            self.written += 1
+        if record.status != "written":
+            self._records.append(record)
+            self._placements.append(None)
             return
-        counter = self.filtered if record.status == "filtered" else self.quarantined
-        counter[record.reason] += 1
-        self._quarantine.append({
-            "input_id": record.input_id, "source": record.source, "kind": record.status, "stage": record.stage,
-            "error_type": record.error_type, "reason": record.reason, "message": record.message,
-            "input_sha256": record.input_sha256,
-        })
-        if len(self._quarantine) >= 10_000:
-            self._append("quarantine.parquet", self._quarantine, QUARANTINE_SCHEMA)
-            self._quarantine = []
-
-    def _add_table(self, input_id: str, table: pa.Table, index_rows: list[dict] | None = None) -> None:
-        """Queue one input's rows. ``index_rows`` (row offsets relative to the input) come from parsers whose
-        index is not derivable from the rows (Melee games); Pokémon trajectories are found from the rows."""
-        table = table.cast(self.schema) if not table.schema.equals(self.schema) else table
-        pending_rows = self._pending_rows
-        if index_rows is None:
-            index_rows = _trajectory_index(table)
-        for row in index_rows:
-            self._pending_index.append({**row, "input_id": input_id, "row_start": pending_rows + row["row_start"]})
-        self.trajectories += len(index_rows)
-        self.rows += table.num_rows
-        if "obs_unknown_words" in table.column_names:
-            self.unknown_words += pc.sum(table.column("obs_unknown_words")).as_py() or 0
-        self._pending.append(table)
-        self._pending_rows += table.num_rows
-        self._pending_bytes += table.nbytes
+        rows = rows.cast(self.schema) if not rows.schema.equals(self.schema) else rows
+        index_rows = record.index_rows if record.index_rows is not None else _trajectory_index(rows)
+        unknown = 0
+        if "obs_unknown_words" in rows.column_names:
+            unknown = pc.sum(rows.column("obs_unknown_words")).as_py() or 0
+        self._records.append(replace(record, index_rows=index_rows))
+        self._placements.append(Placement(file="", row_start=self._pending_rows, unknown_words=unknown))
+        self._pending.append(rows)
+        self._pending_rows += rows.num_rows
+        self._pending_bytes += rows.nbytes
         if self._pending_bytes * self._bytes_per_arrow_byte >= self.shard_size_bytes:
             self._flush()
 
     def _flush(self) -> None:
         if not self._pending:
             return
-        name = f"part-{len(self._files):05d}.parquet"
         table = pa.concat_tables(self._pending)
-        path = self._tmp / name
-        pq.write_table(table, path, row_group_size=_ROW_GROUP_ROWS, **(self.parquet_options or _PARQUET_OPTIONS))
-        size = path.stat().st_size
-        # Learn the compression ratio from real shards so later shards land near the target size.
-        self._bytes_per_arrow_byte = max(size / max(self._pending_bytes, 1), 1e-3)
-        self._files.append(FileEntry(path=name, rows=table.num_rows, bytes=size, sha256=sha256_file(path)))
-        self._append("index.parquet", [{**entry, "file": name} for entry in self._pending_index], self.index_schema)
-        self._pending, self._pending_index, self._pending_bytes, self._pending_rows = [], [], 0, 0
+        data = encode_parquet(table, self.parquet_options)
+        # Learn the compression ratio from this group's shards, so later ones land near the target size.
+        self._bytes_per_arrow_byte = max(len(data) / max(self._pending_bytes, 1), 1e-3)
+        entry = put_named(self.version_uri, f"part-{self.group}-{len(self._files):02d}", data, table.num_rows)
+        self._files.append(entry)
+        for i, placement in enumerate(self._placements):  # the inputs queued since the last flush
+            if placement is not None and placement.file == "":
+                self._placements[i] = replace(placement, file=entry.path)
+        self._pending, self._pending_bytes, self._pending_rows = [], 0, 0
+
+    def close(self) -> GroupResult:
+        self._flush()
+        return GroupResult(self.group, self._records, self._placements, self._files)
+
+
+def drop_rows(version_uri: str, entry: FileEntry, ranges: list[tuple[int, int]], schema: pa.Schema,
+              parquet_options: dict | None) -> FileEntry | None:
+    """The shard ``entry`` without the rows ``(start, count)`` in ``ranges``, written under its new content name
+    (None when no row is left). Duplicates found across groups are rare: this is their only cost."""
+    uri = storage.join(version_uri, entry.path)
+    fs, path = storage.resolve(uri)
+    table = pq.read_table(path, filesystem=fs)
+    keep = np.ones(table.num_rows, bool)
+    for start, count in ranges:
+        keep[start:start + count] = False
+    if not keep.any():
+        return None
+    table = table.filter(pa.array(keep)).cast(schema)
+    stem = entry.path.rsplit("-", 1)[0]
+    return put_named(version_uri, stem, encode_parquet(table, parquet_options), table.num_rows)
+
+
+# ---------------------------------------------------------------------------- driver side
+class VersionConflictError(RuntimeError):
+    """A version with this name is published with other contents."""
+
+
+@dataclass
+class PublishResult:
+    """Where the version went, whether this run wrote it or found it already published, and the leftovers of
+    other runs it removed from the version folder (files no manifest names)."""
+
+    uri: str
+    manifest: Manifest
+    reused: bool
+    removed: list[str] = field(default_factory=list)
+
+    @property
+    def path(self) -> Path | str:
+        """The version folder: a ``Path`` when it is local, else its URI."""
+        return Path(self.uri) if storage.is_local(self.uri) else self.uri
+
+
+class VersionPublisher:
+    """The driver's part: takes each group's ``GroupResult`` in input order, keeps the counts, the index and the
+    quarantine table (streamed to a local temporary folder: memory stays bounded however many inputs), and
+    publishes the version.
+
+    ``rewrite`` runs ``drop_rows`` (the job hands it to a Ray task, so the driver never encodes shards)."""
+
+    def __init__(self, spec: VersionSpec, *, schema: pa.Schema, index_schema: pa.Schema,
+                 parquet_options: dict | None = None,
+                 rewrite: Callable[..., FileEntry | None] | None = None):
+        self.spec, self.schema, self.index_schema, self.parquet_options = spec, schema, index_schema, parquet_options
+        self._rewrite = rewrite or drop_rows
+        self._local = Path(tempfile.mkdtemp(prefix="replayforge-publish-"))
+        self._writers: dict[str, pq.ParquetWriter] = {}
+        self._files: list[FileEntry] = []
+        self._digest = hashlib.sha256()
+        self._seen = WrittenKeys()
+        self.inputs = self.written = self.trajectories = self.rows = self.unknown_words = 0
+        self.filtered: Counter = Counter()
+        self.quarantined: Counter = Counter()
+
+    def add_group(self, result: GroupResult) -> None:
+        records, placements = list(result.records), list(result.placements)
+        drops: dict[str, list[tuple[int, int]]] = {}
+        for i, record in enumerate(records):
+            if record.status != "written" or record.dedupe_key is None:
+                continue
+            winner = self._seen.claim(record.dedupe_key, record.input_id)
+            if winner is not None:
+                drops.setdefault(placements[i].file, []).append((placements[i].row_start, record.num_rows))
+                records[i] = record.dropped("filtered", stage="filter", error_type="filter", reason="duplicate",
+                                            message=f"{record.dedupe_key} was already written by input {winner}")
+                placements[i] = None
+        renamed = {path: self._rewrite(self.spec.uri, entry, drops[path], self.schema, self.parquet_options)
+                   for entry in result.files if (path := entry.path) in drops}
+        self._files.extend(renamed.get(f.path, f) for f in result.files if renamed.get(f.path, f) is not None)
+        index, quarantine = [], []
+        for record, placement in zip(records, placements, strict=True):
+            self.inputs += 1
+            self._digest.update(f"{record.input_id}\t{record.input_sha256 or '-'}\n".encode())
+            if record.status != "written":
+                (self.filtered if record.status == "filtered" else self.quarantined)[record.reason] += 1
+                quarantine.append({
+                    "input_id": record.input_id, "source": record.source, "kind": record.status,
+                    "stage": record.stage, "error_type": record.error_type, "reason": record.reason,
+                    "message": record.message, "input_sha256": record.input_sha256})
+                continue
+            file, row_start = placement.file, placement.row_start
+            if file in drops:  # rows of dropped inputs before this one left the file
+                row_start -= sum(n for start, n in drops[file] if start < row_start)
+                file = renamed[file].path
+            for row in record.index_rows:
+                index.append({**row, "input_id": record.input_id, "file": file,
+                              "row_start": row_start + row["row_start"]})
+            self.written += 1
+            self.trajectories += len(record.index_rows)
+            self.rows += record.num_rows
+            self.unknown_words += placement.unknown_words
+        self._append("index", index, self.index_schema)
+        self._append("quarantine", quarantine, QUARANTINE_SCHEMA)
 
     def _append(self, name: str, rows: list[dict], schema: pa.Schema) -> None:
-        writer = self._side_writers.get(name)
+        writer = self._writers.get(name)
         if writer is None:
-            writer = self._side_writers[name] = pq.ParquetWriter(self._tmp / name, schema, **_PARQUET_OPTIONS)
+            writer = self._writers[name] = pq.ParquetWriter(self._local / name, schema, **_PARQUET_OPTIONS)
         if rows:
             writer.write_table(pa.Table.from_pylist(rows, schema=schema))
 
-    # -------------------------------------------------------------- publish
     def counts(self) -> Counts:
         return Counts(inputs=self.inputs, written=self.written, filtered=dict(sorted(self.filtered.items())),
                       quarantined=dict(sorted(self.quarantined.items())), trajectories=self.trajectories,
                       rows=self.rows, unknown_words=self.unknown_words)
 
-    def _close(self, name: str, schema: pa.Schema) -> FileEntry:
+    def _seal(self, name: str, schema: pa.Schema) -> FileEntry:
         self._append(name, [], schema)
-        self._side_writers.pop(name).close()
-        path = self._tmp / name
-        rows = pq.ParquetFile(path).metadata.num_rows
-        return FileEntry(path=name, rows=rows, bytes=path.stat().st_size, sha256=sha256_file(path))
+        self._writers.pop(name).close()
+        path = self._local / name
+        return put_named(self.spec.uri, name, path.read_bytes(), pq.ParquetFile(path).metadata.num_rows)
 
-    def publish(self, *, source: str, source_revision: str | None, config: dict) -> PublishResult:
-        """Write index, quarantine and manifest, then rename the folder into place (or reuse an identical one)."""
-        self._flush()
+    def publish(self) -> PublishResult:
+        """Index and quarantine, then the manifest with a conditional create; then remove the files the published
+        manifest does not name (a killed run's, or a conflicting run's)."""
         counts = self.counts()
         if not counts.reconciles():
             raise AssertionError(f"counts do not reconcile: {counts}")
-        self._append("quarantine.parquet", self._quarantine, QUARANTINE_SCHEMA)
-        self._quarantine = []
-        index_entry = self._close("index.parquet", self.index_schema)
-        quarantine_entry = self._close("quarantine.parquet", QUARANTINE_SCHEMA)
-        inputs_sha256 = self._inputs_digest.hexdigest()
-        identity = json.dumps({"inputs": inputs_sha256, "schema": self.code.schema, "parser": self.code.parser,
-                               "observation": self.code.observation, "source": source,
-                               "revision": source_revision, "config": config}, sort_keys=True)
-        version = (f"v{self.code.schema}-p{self.code.parser}-o{self.code.observation}-"
-                   f"{hashlib.sha256(identity.encode()).hexdigest()[:16]}")
+        index_entry = self._seal("index", self.index_schema)
+        quarantine_entry = self._seal("quarantine", QUARANTINE_SCHEMA)
+        shutil.rmtree(self._local, ignore_errors=True)
+        spec, code = self.spec, self.spec.code
         manifest = Manifest(
-            manifest_format=MANIFEST_FORMAT, dataset=self.dataset, version=version,
-            schema_name=self.schema.metadata[b"replayforge.schema"].decode(), schema_version=self.code.schema,
-            parser_version=self.code.parser, observation_version=self.code.observation, source=source,
-            source_revision=source_revision, inputs_sha256=inputs_sha256, config=config, counts=counts,
-            files=self._files, index_file=index_entry, quarantine_file=quarantine_entry, git_commit=git_commit(),
+            manifest_format=MANIFEST_FORMAT, dataset=spec.dataset, version=spec.version,
+            schema_name=self.schema.metadata[b"replayforge.schema"].decode(), schema_version=code.schema,
+            parser_version=code.parser, observation_version=code.observation, source=spec.source,
+            source_revision=spec.source_revision, inputs_sha256=self._digest.hexdigest(), config=spec.config,
+            counts=counts, files=self._files, index_file=index_entry, quarantine_file=quarantine_entry,
+            git_commit=git_commit(),
         )
-        (self._tmp / "manifest.json").write_text(manifest.to_json())
-        final = self.out_root / self.dataset / version
-        if final.exists():
-            return self._reuse(final, manifest)
-        try:
-            os.rename(self._tmp, final)
-        except OSError as err:
-            # An identical job published the same version between the check above and this rename (POSIX
-            # rename onto a non-empty folder fails with ENOTEMPTY or EEXIST): its manifest is already there,
-            # since the folder appears complete with one rename.
-            if err.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not final.exists():
-                raise
-            return self._reuse(final, manifest)
-        return PublishResult(final, manifest, reused=False)
-
-    def _reuse(self, final: Path, manifest: Manifest) -> PublishResult:
-        """The version is already published: reuse it if its files are ours, byte for byte."""
-        existing = Manifest.load(final)
-        same = (existing.files, existing.index_file, existing.quarantine_file) == (
-            manifest.files, manifest.index_file, manifest.quarantine_file)
-        shutil.rmtree(self._tmp)
-        if not same:
-            raise VersionConflictError(
-                f"{final} exists with different contents for the same inputs and code versions: the parser or "
-                "observation code changed without a version bump (bump it in shards_schema/versions.py)"
-            )
-        return PublishResult(final, existing, reused=True)
+        if storage.create_exclusive(storage.join(spec.uri, MANIFEST_NAME), manifest.to_json().encode()):
+            return PublishResult(spec.uri, manifest, reused=False, removed=remove_unlisted(spec.uri, manifest))
+        existing = Manifest.load(spec.uri)
+        if _contents(existing) != _contents(manifest):
+            remove_unlisted(spec.uri, existing, only=_names(manifest))
+            if existing.inputs_sha256 != manifest.inputs_sha256:
+                why = ("its inputs had other bytes under the same names and sizes (an input changed in place): "
+                       "publish under another --dataset, or delete the old version first")
+            else:
+                why = ("the same inputs gave other rows: the parser or observation code changed without a version "
+                       "bump (bump it in shards_schema/versions.py)")
+            raise VersionConflictError(f"{spec.uri} is published with other contents: {why}")
+        return PublishResult(spec.uri, existing, reused=True, removed=remove_unlisted(spec.uri, existing))
 
     def abort(self) -> None:
-        for writer in self._side_writers.values():
+        """Drop the local index and quarantine; files already in the version folder stay for the next run (which
+        writes the same names, or removes them once it publishes)."""
+        for writer in self._writers.values():
             writer.close()
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        shutil.rmtree(self._local, ignore_errors=True)
 
 
-# ---------------------------------------------------------------------------- temporary folders
-_TMP_PREFIX = ".tmp-"
+def _contents(m: Manifest) -> tuple:
+    return m.inputs_sha256, m.counts, m.files, m.index_file, m.quarantine_file
 
 
-def _host() -> str:
-    """This machine's name, as it goes into a temporary folder's name (no '-' inside, so the name splits)."""
-    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())[:64] or "unknown"
+def _names(m: Manifest) -> set[str]:
+    return {MANIFEST_NAME, m.index_file.path, m.quarantine_file.path, *(f.path for f in m.files)}
 
 
-def _pid_namespace() -> str:
-    """The pid namespace's inode: containers sharing a hostname with the host still have their own pids."""
-    try:
-        return os.readlink("/proc/self/ns/pid").split("[", 1)[1].rstrip("]")
-    except (OSError, IndexError):
-        return "x"
-
-
-def _process_start(pid: int) -> str | None:
-    """When process ``pid`` started (clock ticks since boot, from /proc), "x" where /proc does not tell (no /proc,
-    or another user's process hidden by ``hidepid``), or None when no process ``pid`` runs. With the pid it
-    names one process: a pid reused later has another start."""
-    import psutil
-
-    if not psutil.pid_exists(pid):  # kill(pid, 0): a live process of another user exists too
-        return None
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return "x"
-    return stat.rsplit(")", 1)[1].split()[19]  # field 22 of proc(5); the name in (...) may hold spaces
-
-
-def _tmp_name() -> str:
-    """``.tmp-<host>-<pid namespace>-<pid>-<process start>-<random>``: made with the folder in one mkdir, so
-    a folder never exists without its writer's identity."""
-    pid = os.getpid()
-    return f"{_TMP_PREFIX}{_host()}-{_pid_namespace()}-{pid}-{_process_start(pid)}-{os.urandom(4).hex()}"
-
-
-def remove_stale_tmp(dataset_dir: Path) -> list[Path]:
-    """Remove the temporary folders of writers that died (killed runs) from ``dataset_dir``; returns them.
-
-    The rule: a ``.tmp-*`` folder is removed only when its name says it was made on this host, in this pid
-    namespace, and its process is gone: no process has its pid, or the process with that pid started at
-    another time (the pid was reused). A folder made on another machine writing to the same shared folder is
-    never removed, whatever its state, nor one whose name does not say who made it (older replayforge
-    versions named them ``.tmp-<pid>-<random>``): remove those by hand once no job writes there. Machines
-    sharing an output folder must have distinct host names. Where the start time cannot be read (no /proc) a
-    reused pid keeps a dead writer's folder: the rule errs towards keeping.
-    """
+def remove_unlisted(version_uri: str, manifest: Manifest, *, only: set[str] | None = None) -> list[str]:
+    """Delete the files under the version folder that ``manifest`` does not name (restricted to ``only`` when
+    given); returns their paths relative to the folder."""
+    keep = _names(manifest)
     removed = []
-    host, namespace = _host(), _pid_namespace()
-    for path in sorted(dataset_dir.glob(f"{_TMP_PREFIX}*")):
-        parts = path.name[len(_TMP_PREFIX):].rsplit("-", 4)
-        if not path.is_dir() or len(parts) != 5 or not parts[2].isdigit() or parts[:2] != [host, namespace]:
+    for uri in storage.list_files(version_uri):
+        rel = storage.relative(uri, version_uri)
+        if rel in keep or (only is not None and rel not in only):
             continue
-        running_start = _process_start(int(parts[2]))
-        if running_start is not None and (running_start == parts[3] or "x" in (running_start, parts[3])):
+        try:
+            storage.delete(uri)
+        except FileNotFoundError:  # another run removed it first
             continue
-        shutil.rmtree(path, onerror=_ignore_vanished)  # another new run may be removing it too
-        removed.append(path)
+        removed.append(rel)
     return removed
 
 
-def _ignore_vanished(function, path, exc_info) -> None:
-    if not issubclass(exc_info[0], FileNotFoundError):
-        raise exc_info[1]
+# ---------------------------------------------------------------------------- in one process
+class ShardWriter:
+    """A group writer and the publisher in one process, for writers without a parse job: rollouts, re-featurized
+    versions, tests. The same files, names and manifest as the job's."""
+
+    def __init__(self, spec: VersionSpec, *, schema: pa.Schema, index_schema: pa.Schema, shard_size_bytes: int,
+                 parquet_options: dict | None = None):
+        self.spec = spec
+        self._group = GroupWriter(spec.uri, "00000-000", schema, shard_size_bytes=shard_size_bytes,
+                                  parquet_options=parquet_options)
+        self.publisher = VersionPublisher(spec, schema=schema, index_schema=index_schema,
+                                          parquet_options=parquet_options)
+
+    def add_batch(self, batch: ParsedBatch) -> None:
+        self._group.add_batch(batch)
+
+    def add_input(self, record: InputRecord, rows: pa.Table | None = None) -> None:
+        self._group.add_input(record, rows)
+
+    def publish(self) -> PublishResult:
+        self.publisher.add_group(self._group.close())
+        return self.publisher.publish()
+
+    def abort(self) -> None:
+        self.publisher.abort()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import os
 import posixpath
+import time
 from collections.abc import Iterable
 
 import pyarrow.fs as pafs
@@ -235,11 +236,16 @@ def delete(uri: str, *, missing_ok: bool = True) -> None:
 def list_files(root: str, suffixes: Iterable[str] | None = None) -> list[str]:
     """URIs of the files below ``root`` (or ``root`` itself when it is a file) whose names end with one of
     ``suffixes`` in any case (all files when None), sorted. Raises FileNotFoundError when ``root`` does not exist."""
+    return [uri for uri, _ in list_sizes(root, suffixes)]
+
+
+def list_sizes(root: str, suffixes: Iterable[str] | None = None) -> list[tuple[str, int]]:
+    """``list_files`` with each file's size in bytes, from the same listing (no request per file)."""
     fs, path = resolve(root)
     info = fs.get_file_info(path)
     ends = tuple(s.lower() for s in suffixes) if suffixes is not None else None
     if info.type == pafs.FileType.File:
-        return [normalize(root)]
+        return [(normalize(root), info.size)]
     if info.type == pafs.FileType.NotFound:
         raise FileNotFoundError(f"{root} does not exist")
     out = []
@@ -247,8 +253,122 @@ def list_files(root: str, suffixes: Iterable[str] | None = None) -> list[str]:
         if entry.type != pafs.FileType.File:
             continue
         if ends is None or entry.base_name.lower().endswith(ends):
-            out.append(join(root, relative_path(entry.path, path)))
+            out.append((join(root, relative_path(entry.path, path)), entry.size))
     return sorted(out)
+
+
+# ---------------------------------------------------------------------------- writes readers may race with
+def put_file(uri: str, data: bytes) -> bool:
+    """Write the object ``uri`` unless it exists; True when this call wrote it.
+
+    For content-named files (the name holds a hash of ``data``): an existing object already holds these bytes. A
+    reader never sees part of the object: a local file is written under a hidden temporary name in the same folder
+    and renamed; an object store's PUT replaces an object whole."""
+    if exists(uri):
+        return False
+    if not is_local(uri):
+        write_bytes(uri, data)
+        return True
+    path = local_path(uri)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = _local_tmp(path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except FileNotFoundError:
+        # the temporary file was removed under us: a run that published this version deletes what its manifest
+        # does not name; the object is there if that run wrote the same bytes
+        if os.path.exists(path):
+            return False
+        raise
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return True
+
+
+def _local_tmp(path: str) -> str:
+    return os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp-{os.urandom(6).hex()}")
+
+
+CONDITIONAL_WRITES_VAR = "REPLAYFORGE_CONDITIONAL_WRITES"
+"""Set to ``off`` for an S3-compatible store that does not honour ``If-None-Match: *`` on PUT (AWS S3 has since
+2024-08; MinIO, Ceph RGW and older appliances may answer 501 or, worse, ignore the header): ``create_exclusive``
+then checks, writes and reads back instead (see there for what that cannot rule out)."""
+
+
+class ConditionalWriteUnsupported(Exception):
+    """The store cannot create an object only if it is absent (``create_exclusive`` falls back)."""
+
+
+def supports_exclusive_create(uri: str) -> bool:
+    """Whether ``create_exclusive`` is atomic on this URI's store: local files (a hard link fails on an existing
+    name) and S3 (a conditional PUT), unless ``REPLAYFORGE_CONDITIONAL_WRITES=off``."""
+    if os.environ.get(CONDITIONAL_WRITES_VAR, "").lower() in ("off", "0", "false", "no"):
+        return False
+    return scheme(uri) in ("", "s3")
+
+
+def create_exclusive(uri: str, data: bytes) -> bool:
+    """Create the object ``uri`` holding ``data`` only if no object has that name; True when this call created it.
+
+    Atomic where ``supports_exclusive_create``: two writers racing on one name, exactly one gets True. Elsewhere
+    (gs://, hf://, stores without conditional PUT) the fallback checks that the name is free, writes, and reads
+    the object back: a writer that finds other bytes there gets False; two writers that both check before either
+    writes may both get True and the later write stays (last writer wins; each object is still whole)."""
+    if supports_exclusive_create(uri):
+        try:
+            return _create_exclusive_atomic(uri, data)
+        except ConditionalWriteUnsupported:
+            pass
+    if exists(uri):
+        return False
+    write_bytes(uri, data)
+    return read_bytes(uri) == data
+
+
+def _create_exclusive_atomic(uri: str, data: bytes) -> bool:
+    if is_local(uri):
+        path = local_path(uri)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = _local_tmp(path)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        try:
+            os.link(tmp, path)  # fails on an existing name, atomically; the file appears with all its bytes
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+        return True
+    return _s3_put_if_absent(uri, data)
+
+
+def _s3_put_if_absent(uri: str, data: bytes) -> bool:
+    """A PUT with ``If-None-Match: *`` through boto3 (pyarrow's S3 filesystem sends no conditions)."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    endpoint, region = _s3_settings()
+    bucket, _, key = str(uri).split("://", 1)[1].partition("/")
+    client = boto3.client("s3", endpoint_url=endpoint, region_name=region)
+    for attempt in range(5):
+        try:
+            client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+            return True
+        except ClientError as err:
+            code = err.response.get("Error", {}).get("Code", "")
+            status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code == "PreconditionFailed" or status == 412:
+                return False
+            if code == "NotImplemented" or status == 501:
+                raise ConditionalWriteUnsupported(str(err)) from err
+            if code != "ConditionalRequestConflict" and status != 409:
+                raise
+            # another conditional PUT of this key is in flight (AWS answers 409): ask again once it has ended
+            time.sleep(0.5 * 2**attempt)
+    raise TimeoutError(f"{uri}: conditional PUT kept conflicting with another writer of the same key")
 
 
 def relative_path(path: str, root_path: str) -> str:

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 import tarfile
 from collections import Counter
 from pathlib import Path
@@ -15,7 +12,6 @@ import pyarrow.compute as pc
 import pytest
 from conftest import shared_data
 
-from pipelines import writer
 from pipelines.parse_replays import ParseConfig, run
 from shards_schema.reader import open_version
 
@@ -59,17 +55,17 @@ def test_rerun_is_byte_identical_and_never_duplicates(tiny_generated, tmp_path):
     assert again.path.name == published.path.name
     for entry in published.manifest.files + [published.manifest.index_file, published.manifest.quarantine_file]:
         assert (again.path / entry.path).read_bytes() == (published.path / entry.path).read_bytes()
-    # a killed run's temporary folder (its process is gone) is removed by the next run, which says so
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    stale = again.path.parent / (f".tmp-{writer._host()}-{writer._pid_namespace()}-{dead.pid}-"
-                                 f"{writer._process_start(os.getpid())}-00000000")
-    stale.mkdir()
+    # files of a killed run or of a run with other contents (no manifest names them) are removed by the next run of
+    # the version, which says so; the published files are not rewritten
+    stale = ["part-00000-000-00-0123456789ab.parquet", ".part-00000-000-00-0123456789ab.parquet.tmp-00aa"]
+    for name in stale:
+        (again.path / name).write_bytes(b"left by a killed run")
+    before = {p.name: p.stat().st_mtime_ns for p in again.path.iterdir() if p.name not in stale}
     logs: list[str] = []
     third = run(ParseConfig.tiny(source="generated", out=str(tmp_path)), log=logs.append)
-    assert third.reused and third.path == again.path
-    assert sorted(p.name for p in (tmp_path / "pokemon_turns").iterdir()) == [again.path.name]
-    assert any(f"removed {stale}" in line for line in logs)
+    assert third.reused and third.path == again.path and sorted(third.removed) == sorted(stale)
+    assert {p.name: p.stat().st_mtime_ns for p in again.path.iterdir()} == before
+    assert all(any(f"removed {name}" in line for line in logs) for name in stale)
 
 
 def _metamon_inputs(tmp_path: Path) -> Path:

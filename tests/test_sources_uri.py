@@ -68,26 +68,31 @@ def _contents(published) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("source", ["metamon", "showdown-json", "hf-raw", "slp"])
-def test_inputs_in_s3_publish_the_local_version(ray_local, s3_bucket, tmp_path, source):
+def test_inputs_and_output_in_s3_publish_the_local_version(ray_local, s3_bucket, tmp_path, source):
+    """Inputs read from S3 and shards written to S3 by the workers: the version of a local run, byte for byte."""
     local = _inputs(source, tmp_path / "in")
     remote = f"{s3_bucket}/inputs/{source}"
     _upload(local, remote)
     extra = {"min_frames": 0} if source == "slp" else {}
     here = run(ParseConfig.tiny(source=source, input=str(local), out=str(tmp_path / "a"), **extra),
                log=lambda *_: None)
-    there = run(ParseConfig.tiny(source=source, input=remote, out=str(tmp_path / "b"), **extra),
+    there = run(ParseConfig.tiny(source=source, input=remote, out=f"{s3_bucket}/out/{source}", **extra),
                 log=lambda *_: None)
     c = here.manifest.counts
     assert c.written >= 2 and c.reconciles()
-    assert there.path.name == here.path.name
+    assert there.uri == f"{s3_bucket}/out/{source}/{here.manifest.dataset}/{here.path.name}"
     assert _contents(there) == _contents(here)
+    assert {storage.relative(u, there.uri): storage.read_bytes(u) for u in storage.list_files(there.uri)} == {
+        p.name: p.read_bytes() for p in here.path.iterdir()}
     assert there.manifest.counts == c
     ids = open_ids(there)
     assert ids == open_ids(here) and not any("s3:" in i or str(tmp_path) in i for i in ids)
 
 
 def open_ids(published) -> list[str]:
-    return pq.read_table(published.path / "index.parquet").column("input_id").to_pylist()
+    index = storage.join(str(published.path), published.manifest.index_file.path)
+    fs, path = storage.resolve(index)
+    return pq.read_table(path, filesystem=fs).column("input_id").to_pylist()
 
 
 def test_a_missing_input_uri_says_what_to_check(s3_bucket):

@@ -11,7 +11,7 @@ from pipelines import stages
 from pipelines.cli import nest, parse_config, parser_for
 from pipelines.parse_replays import ParseConfig
 from pipelines.stages import InputRecord, ParsedBatch
-from pipelines.writer import ShardWriter
+from pipelines.writer import ShardWriter, VersionSpec
 from shards_schema.versions import CodeVersions
 
 SCHEMA = pa.schema([("game_id", pa.string()), ("value", pa.int64())],
@@ -55,20 +55,24 @@ def test_a_batch_whose_records_and_rows_disagree_is_refused():
 
 
 def test_the_writer_takes_typed_batches(tmp_path):
-    writer = ShardWriter(out_root=tmp_path, dataset="toy", schema=SCHEMA, index_schema=INDEX_SCHEMA,
-                         code=CodeVersions(schema="1.0.0", parser="1.0.0", observation="0.0.0", reparse_command="x",
-                                           refeaturize_command=None), shard_size_bytes=1 << 20)
+    code = CodeVersions(schema="1.0.0", parser="1.0.0", observation="0.0.0", reparse_command="x",
+                        refeaturize_command=None)
+    spec = VersionSpec(out_root=str(tmp_path), dataset="toy", code=code, source="toy", source_revision=None,
+                       config={}, planned_inputs="toy")
+    writer = ShardWriter(spec, schema=SCHEMA, index_schema=INDEX_SCHEMA, shard_size_bytes=1 << 20)
     writer.add_batch(_batch(0))
     writer.add_batch(_batch(10))  # the same games again: duplicates, named after the inputs that won
-    published = writer.publish(source="toy", source_revision=None, config={})
+    published = writer.publish()
+    m = published.manifest
     c = published.manifest.counts
     assert (c.inputs, c.written, c.filtered, c.quarantined, c.rows) == (
         6, 2, {"duplicate": 2}, {"unreadable": 2}, 3)
-    index = pq.read_table(published.path / "index.parquet").to_pylist()
+    index = pq.read_table(published.path / m.index_file.path).to_pylist()
     assert [(r["input_id"], r["row_start"], r["num_rows"]) for r in index] == [("a0.slp", 0, 2), ("c0.slp", 2, 1)]
-    quarantine = {r["input_id"]: r["message"] for r in pq.read_table(published.path / "quarantine.parquet").to_pylist()}
+    quarantine = pq.read_table(published.path / m.quarantine_file.path).to_pylist()
+    quarantine = {r["input_id"]: r["message"] for r in quarantine}
     assert quarantine["a10.slp"] == "g1 was already written by input a0.slp"
-    assert pq.read_schema(published.path / "part-00000.parquet").metadata[b"replayforge.schema"] == b"toy"
+    assert pq.read_schema(published.path / m.files[0].path).metadata[b"replayforge.schema"] == b"toy"
 
 
 def test_every_source_is_registered_with_a_registered_parser():

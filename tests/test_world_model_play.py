@@ -64,7 +64,7 @@ def frames_version(tmp_path_factory):
     from pipelines.parse_replays import ParseConfig, ParseInputs
     from pipelines.sources.slp import SlpConfig
     from pipelines.stages import read_row
-    from pipelines.writer import FRAME_PARQUET_OPTIONS, ShardWriter
+    from pipelines.writer import FRAME_PARQUET_OPTIONS, ShardWriter, VersionSpec
     from shards_schema.melee import FRAMES_SCHEMA, GAMES_SCHEMA
     from shards_schema.reader import open_version
     from shards_schema.versions import MELEE_FRAMES
@@ -77,11 +77,12 @@ def frames_version(tmp_path_factory):
     cfg = ParseConfig(source="slp", out="unused", slp=SlpConfig(min_frames=0, allow_cpu=True))
     results = ParseInputs(cfg).parse_batch(batch)
     assert [r.status for r in results.records] == ["written"] * len(GAMES)
-    writer = ShardWriter(out_root=tmp_path_factory.mktemp("frames"), dataset="melee_frames", schema=FRAMES_SCHEMA,
-                         index_schema=GAMES_SCHEMA, code=MELEE_FRAMES, shard_size_bytes=1 << 26,
+    spec = VersionSpec(out_root=str(tmp_path_factory.mktemp("frames")), dataset="melee_frames", code=MELEE_FRAMES,
+                       source="slp", source_revision=None, config={"test": "play"}, planned_inputs=",".join(GAMES))
+    writer = ShardWriter(spec, schema=FRAMES_SCHEMA, index_schema=GAMES_SCHEMA, shard_size_bytes=1 << 26,
                          parquet_options=FRAME_PARQUET_OPTIONS)
     writer.add_batch(results)
-    return open_version(writer.publish(source="slp", source_revision=None, config={"test": "play"}).path)
+    return open_version(writer.publish().path)
 
 
 def _games(version) -> dict[str, dict]:

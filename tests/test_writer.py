@@ -1,9 +1,10 @@
-"""The shard writer without Ray: duplicates name their winner, names stay inside --out, dead writers' temporary
-folders are removed (live ones never), and two identical jobs publishing at once both end with one version."""
+"""The shard writer without Ray: groups written by workers and published by the driver give the same version as one
+writer; duplicates name their winner; a version exists only once its manifest does; a killed run's files are
+removed by the next run; two runs of one version publish one set of contents, on local disk and on S3, with and
+without conditional writes."""
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
@@ -15,10 +16,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import pipelines.writer as writer_module
 from pipelines.parse_replays import ParseConfig
 from pipelines.stages import InputRecord
-from pipelines.writer import ShardWriter, VersionConflictError, WrittenKeys, remove_stale_tmp
+from pipelines.writer import (
+    GroupResult,
+    GroupWriter,
+    ShardWriter,
+    VersionConflictError,
+    VersionPublisher,
+    VersionSpec,
+    WrittenKeys,
+)
+from shards_schema import storage
+from shards_schema.manifest import MANIFEST_NAME, Manifest
+from shards_schema.reader import ShardIntegrityError, open_version, sha256_file
 from shards_schema.versions import CodeVersions
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -27,36 +38,207 @@ INDEX_SCHEMA = pa.schema([("game_id", pa.string()), ("input_id", pa.string()), (
                           ("num_rows", pa.int64()), ("file", pa.string())])
 CODE = CodeVersions(schema="1.0.0", parser="1.0.0", observation="0.0.0", reparse_command="x",
                     refeaturize_command=None)
+INPUTS = [("a.slp", "g1"), ("b.slp", "g2"), ("c.zip::x.slp", "g1")]
 
 
-def _writer(out: Path, **overrides) -> ShardWriter:
-    return ShardWriter(**{"out_root": out, "dataset": "toy", "schema": SCHEMA, "index_schema": INDEX_SCHEMA,
-                          "code": CODE, "shard_size_bytes": 1 << 20, **overrides})
+def _spec(out, **overrides) -> VersionSpec:
+    return VersionSpec(**{"out_root": str(out), "dataset": "toy", "code": CODE, "source": "toy",
+                          "source_revision": None, "config": {}, "planned_inputs": "toy-inputs", **overrides})
 
 
-def _input(input_id: str, key: str, value: int) -> tuple[InputRecord, pa.Table]:
-    """One written input with one row."""
-    record = InputRecord(input_id=input_id, source="toy", dedupe_key=key, num_rows=1,
-                         index_rows=[{"game_id": key, "row_start": 0, "num_rows": 1}])
-    return record, pa.table({"game_id": [key], "value": [value]}, schema=SCHEMA)
+def _writer(out, parquet_options=None, **overrides) -> ShardWriter:
+    return ShardWriter(_spec(out, **overrides), schema=SCHEMA, index_schema=INDEX_SCHEMA, shard_size_bytes=1 << 20,
+                       parquet_options=parquet_options)
 
 
-def _fill(writer: ShardWriter) -> ShardWriter:
-    for i, (input_id, key) in enumerate([("a.slp", "g1"), ("b.slp", "g2"), ("c.zip::x.slp", "g1")]):
+def _input(input_id: str, key: str, value: int, num_rows: int = 1) -> tuple[InputRecord, pa.Table]:
+    """One written input with ``num_rows`` rows."""
+    record = InputRecord(input_id=input_id, source="toy", input_sha256=f"sha-{input_id}", dedupe_key=key,
+                         num_rows=num_rows, index_rows=[{"game_id": key, "row_start": 0, "num_rows": num_rows}])
+    return record, pa.table({"game_id": [key] * num_rows, "value": [value] * num_rows}, schema=SCHEMA)
+
+
+def _fill(writer, inputs=INPUTS):
+    for i, (input_id, key) in enumerate(inputs):
         writer.add_input(*_input(input_id, key, i))
     return writer
 
 
-def _publish(writer: ShardWriter):
-    return writer.publish(source="toy", source_revision=None, config={})
+def _files(published) -> dict[str, bytes]:
+    """The version's files by name, as stored."""
+    return {storage.relative(u, published.uri): storage.read_bytes(u) for u in storage.list_files(published.uri)}
+
+
+def _whole(uri: str) -> Manifest:
+    """The version's manifest, after checking that every file it names is there with its sha256."""
+    manifest = Manifest.load(uri)
+    for entry in [*manifest.files, manifest.index_file, manifest.quarantine_file]:
+        assert sha256_file(storage.join(uri, entry.path)) == entry.sha256, entry.path
+    return manifest
 
 
 def test_a_duplicate_names_the_input_that_won(tmp_path):
-    published = _publish(_fill(_writer(tmp_path)))
+    published = _fill(_writer(tmp_path)).publish()
     assert published.manifest.counts.filtered == {"duplicate": 1}
-    [row] = pq.read_table(published.path / "quarantine.parquet").to_pylist()
+    [row] = pq.read_table(published.path / published.manifest.quarantine_file.path).to_pylist()
     assert row["input_id"] == "c.zip::x.slp" and row["reason"] == "duplicate"
     assert row["message"] == "g1 was already written by input a.slp"
+
+
+def test_plain_names_are_accepted(tmp_path):
+    ParseConfig(source="generated", out=str(tmp_path), dataset="my-data_v2.1", formats=["gen9ou"])
+    assert _writer(tmp_path, dataset="my-data_v2.1").spec.dataset == "my-data_v2.1"
+
+
+def test_groups_published_by_the_driver_equal_one_writer(tmp_path):
+    """Workers write groups; a duplicate of an earlier group's game is dropped by the driver, its shard rewritten
+    without its rows and the index's row offsets moved: the rows, index and counts of one writer over all inputs."""
+    inputs = [("a.slp", "g1", 2), ("b.slp", "g2", 3), ("c.slp", "g3", 1), ("d.slp", "g1", 4), ("e.slp", "g4", 2),
+              ("f.slp", "g2", 1), ("g.slp", "g5", 3)]
+    one = _writer(tmp_path / "one")
+    for i, (input_id, key, n) in enumerate(inputs):
+        one.add_input(*_input(input_id, key, i, n))
+    reference = one.publish()
+
+    spec = _spec(tmp_path / "groups")
+    publisher = VersionPublisher(spec, schema=SCHEMA, index_schema=INDEX_SCHEMA)
+    for name, members in (("00000-000", inputs[:3]), ("00000-001", inputs[3:])):
+        group = GroupWriter(spec.uri, name, SCHEMA, shard_size_bytes=1 << 20)
+        for input_id, key, n in members:
+            i = inputs.index((input_id, key, n))
+            group.add_input(*_input(input_id, key, i, n))
+        result = group.close()
+        assert GroupResult.from_arrow(result.to_arrow()) == [result]  # what crosses Ray is the same
+        publisher.add_group(result)
+    published = publisher.publish()
+
+    m, r = published.manifest, reference.manifest
+    assert m.counts == r.counts and m.inputs_sha256 == r.inputs_sha256
+    assert m.counts.filtered == {"duplicate": 2}
+    rows = pa.concat_tables(pq.read_table(published.path / f.path) for f in m.files)
+    assert rows.equals(pa.concat_tables(pq.read_table(reference.path / f.path) for f in r.files))
+    index = pq.read_table(published.path / m.index_file.path).to_pylist()
+    for row in index:  # each index row points at its game's rows in its file
+        part = pq.read_table(published.path / row["file"]).slice(row["row_start"], row["num_rows"])
+        assert set(part.column("game_id").to_pylist()) == {row["game_id"]}
+    assert [(r["input_id"], r["num_rows"]) for r in index] == [
+        (i, n) for i, _, n in inputs if i not in ("d.slp", "f.slp")]
+    # the rewritten shard replaced the worker's under a new content name; the worker's is gone
+    assert sorted(_files(published)) == sorted(
+        [MANIFEST_NAME, m.index_file.path, m.quarantine_file.path, *(f.path for f in m.files)])
+    assert len(published.removed) == 1 and published.removed[0].startswith("part-00000-001-00-")
+
+
+def _kill_after_first_shard(out: Path) -> None:
+    code = ("import os, signal, sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[1] + '/tests');"
+            "from pathlib import Path; import test_writer as t;"
+            "w = t._writer(Path(sys.argv[2]), parquet_options={'compression': 'none'});"
+            "w.add_input(*t._input('a.slp', 'g1', 0)); w._group._flush();"
+            "os.kill(os.getpid(), signal.SIGKILL)")
+    proc = subprocess.run([sys.executable, "-c", code, str(REPO_ROOT), str(out)], capture_output=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+
+
+def test_a_killed_run_leaves_no_version_and_the_next_run_removes_its_files(tmp_path):
+    _kill_after_first_shard(tmp_path)  # with other Parquet options than the run below: other bytes, other name
+    folder = Path(_spec(tmp_path).uri)
+    [left] = [p.name for p in folder.iterdir()]
+    assert left.startswith("part-00000-000-00-")
+    with pytest.raises(ShardIntegrityError, match=f"{folder} has no manifest.json"):
+        open_version(folder)
+    published = _fill(_writer(tmp_path)).publish()
+    assert not published.reused and published.removed == [left]
+    assert sorted(_files(published)) == sorted(
+        [MANIFEST_NAME, *(f.path for f in published.manifest.files), published.manifest.index_file.path,
+         published.manifest.quarantine_file.path])
+
+
+def _race(monkeypatch, winner: ShardWriter, loser: ShardWriter) -> None:
+    """Make ``winner`` publish while ``loser`` has written its files and not yet its manifest."""
+    real, raced = storage.create_exclusive, []
+
+    def create_exclusive(uri, data):
+        if not raced:  # the loser's call: the winner publishes first (its own call goes straight through)
+            raced.append(True)
+            winner.publish()
+        return real(uri, data)
+
+    monkeypatch.setattr(storage, "create_exclusive", create_exclusive)
+
+
+@pytest.fixture(params=["local", "s3"])
+def out_root(request, tmp_path):
+    if request.param == "local":
+        return str(tmp_path)
+    return request.getfixturevalue("s3_bucket") + "/out"
+
+
+def test_two_identical_runs_publishing_at_once_share_one_version(out_root, monkeypatch):
+    first, second = _fill(_writer(out_root)), _fill(_writer(out_root))
+    _race(monkeypatch, first, second)
+    published = second.publish()
+    assert published.reused and published.removed == []
+    assert _whole(published.uri) == published.manifest
+
+
+def test_a_racing_run_with_other_contents_is_a_conflict_and_leaves_the_version_whole(out_root, monkeypatch):
+    first = _fill(_writer(out_root))
+    second = _fill(_writer(out_root, parquet_options={"compression": "none"}))  # other bytes, same version
+    _race(monkeypatch, first, second)
+    with pytest.raises(VersionConflictError, match="version bump"):
+        second.publish()
+    manifest = _whole(first.spec.uri)
+    assert sorted(storage.relative(u, first.spec.uri) for u in storage.list_files(first.spec.uri)) == sorted(
+        [MANIFEST_NAME, *(f.path for f in manifest.files), manifest.index_file.path, manifest.quarantine_file.path])
+
+
+def test_inputs_changed_in_place_are_a_conflict_that_says_so(tmp_path):
+    _fill(_writer(tmp_path)).publish()
+    changed = _writer(tmp_path)
+    record, rows = _input("a.slp", "g1", 0)
+    changed.add_input(InputRecord(**{**record.__dict__, "input_sha256": "other bytes"}), rows)
+    for i, (input_id, key) in enumerate(INPUTS[1:], 1):
+        changed.add_input(*_input(input_id, key, i))
+    with pytest.raises(VersionConflictError, match="changed in place"):
+        changed.publish()
+
+
+def test_without_conditional_writes_a_published_version_is_still_refused(s3_bucket, monkeypatch):
+    """A store without conditional PUT (REPLAYFORGE_CONDITIONAL_WRITES=off): a run that finds the manifest published
+    with other contents loses, as with them."""
+    monkeypatch.setenv(storage.CONDITIONAL_WRITES_VAR, "off")
+    _fill(_writer(s3_bucket)).publish()
+    with pytest.raises(VersionConflictError):
+        _fill(_writer(s3_bucket, parquet_options={"compression": "none"})).publish()
+
+
+def test_without_conditional_writes_the_last_manifest_wins_whole(s3_bucket, monkeypatch):
+    """What a store without conditional PUT cannot rule out: two runs that both find no manifest and both write
+    one. The later manifest stays, the run that wrote it removes the other's files, and the version is whole (one
+    run's files and manifest); the earlier run was told it published (README: "Publishing on object stores")."""
+    monkeypatch.setenv(storage.CONDITIONAL_WRITES_VAR, "off")
+    first = _fill(_writer(s3_bucket))
+    second = _fill(_writer(s3_bucket, parquet_options={"compression": "none"}))
+    real_exists = storage.exists
+    monkeypatch.setattr(storage, "exists", lambda uri: False if uri.endswith(MANIFEST_NAME) else real_exists(uri))
+    assert not first.publish().reused
+    published = second.publish()
+    assert not published.reused and published.removed  # the first run's shard, index and quarantine
+    assert _whole(second.spec.uri) == published.manifest
+
+
+def test_create_exclusive_creates_once(out_root):
+    uri = storage.join(out_root, "x", "manifest.json")
+    assert storage.create_exclusive(uri, b"first")
+    assert not storage.create_exclusive(uri, b"second")
+    assert storage.read_bytes(uri) == b"first"
+
+
+def test_put_file_never_rewrites_an_existing_name(tmp_path):
+    uri = str(tmp_path / "a" / "part-x.parquet")
+    assert storage.put_file(uri, b"bytes")
+    assert not storage.put_file(uri, b"other")
+    assert storage.read_bytes(uri) == b"bytes" and [p.name for p in (tmp_path / "a").iterdir()] == ["part-x.parquet"]
 
 
 def test_written_keys_agree_with_a_dict():
@@ -96,80 +278,3 @@ def test_names_must_be_one_path_component(tmp_path, name):
     with pytest.raises(ValueError, match="--formats"):
         ParseConfig(source="metamon", out=str(out), input=str(tmp_path), download=True, formats=["gen1ou", name])
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing was made, inside or outside --out
-
-
-def test_plain_names_are_accepted(tmp_path):
-    ParseConfig(source="generated", out=str(tmp_path), dataset="my-data_v2.1", formats=["gen9ou"])
-    assert _writer(tmp_path, dataset="my-data_v2.1").dataset == "my-data_v2.1"
-
-
-def _dead_pid() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
-
-
-def test_a_killed_writer_leaves_a_folder_the_next_run_removes(tmp_path):
-    code = ("import os, signal, sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[1] + '/tests');"
-            "from pathlib import Path; import test_writer as t;"
-            "w = t._writer(Path(sys.argv[2])); w.add_input(*t._input('a.slp', 'g1', 0)); w._flush();"
-            "os.kill(os.getpid(), signal.SIGKILL)")
-    proc = subprocess.run([sys.executable, "-c", code, str(REPO_ROOT), str(tmp_path)], capture_output=True)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
-    [left] = (tmp_path / "toy").glob(".tmp-*")
-    assert (left / "part-00000.parquet").is_file()
-    writer = _writer(tmp_path)
-    assert writer.removed_tmp == [left] and not left.exists()
-    assert [p.name for p in (tmp_path / "toy").iterdir()] == [writer._tmp.name]  # its own is kept
-    writer.abort()
-
-
-def test_only_this_hosts_dead_writers_are_removed(tmp_path):
-    host, namespace, me = writer_module._host(), writer_module._pid_namespace(), os.getpid()
-    start = writer_module._process_start(me)
-    folder = tmp_path / "toy"
-    names = {
-        "dead": f".tmp-{host}-{namespace}-{_dead_pid()}-{start}-00000001",
-        "reused_pid": f".tmp-{host}-{namespace}-{me}-{int(start) + 1}-00000002",
-        "alive": f".tmp-{host}-{namespace}-{me}-{start}-00000003",
-        "other_host": f".tmp-elsewhere-{namespace}-{_dead_pid()}-{start}-00000004",
-        "other_namespace": f".tmp-{host}-1-{_dead_pid()}-{start}-00000005",
-        "old_layout": f".tmp-{_dead_pid()}-00000006",
-    }
-    for name in names.values():
-        (folder / name).mkdir(parents=True)
-    (folder / f".tmp-{host}-{namespace}-{_dead_pid()}-{start}-file").write_text("not a folder")
-    removed = {p.name for p in remove_stale_tmp(folder)}
-    assert removed == {names["dead"], names["reused_pid"]}
-    kept = {p.name for p in folder.iterdir()}
-    assert kept >= {names["alive"], names["other_host"], names["other_namespace"], names["old_layout"]}
-    assert not kept & removed
-
-
-def _race(monkeypatch, winner: ShardWriter, loser: ShardWriter) -> None:
-    """Make ``winner`` publish while ``loser`` is between its existence check and its rename."""
-    real_rename = os.rename
-
-    def rename(src, dst):
-        if Path(src) == loser._tmp:
-            _publish(winner)
-        return real_rename(src, dst)
-
-    monkeypatch.setattr(writer_module.os, "rename", rename)
-
-
-def test_two_identical_jobs_publishing_at_once_share_one_version(tmp_path, monkeypatch):
-    first, second = _fill(_writer(tmp_path)), _fill(_writer(tmp_path))
-    _race(monkeypatch, first, second)
-    published = _publish(second)
-    assert published.reused
-    assert [p.name for p in (tmp_path / "toy").iterdir()] == [published.path.name]  # both temporaries gone
-    assert published.manifest == writer_module.Manifest.load(published.path)
-
-
-def test_a_racing_job_with_other_contents_is_a_conflict(tmp_path, monkeypatch):
-    first = _fill(_writer(tmp_path))
-    second = _fill(_writer(tmp_path, parquet_options={"compression": "none"}))  # other bytes, same identity
-    _race(monkeypatch, first, second)
-    with pytest.raises(VersionConflictError, match="version bump"):
-        _publish(second)

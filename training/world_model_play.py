@@ -504,14 +504,19 @@ def _index_row(r: Rollout, game_id: str, table: pa.Table) -> dict:
 def write_rollouts(rollouts: list[tuple[Rollout, str]], out: str | Path, *, dataset: str, source_revision: str,
                    config: dict):
     """Publish (rollout, game id) pairs as one ``melee_frames`` shard version under ``OUT/<dataset>/`` with the parse
-    job's ``ShardWriter`` (games index, empty quarantine, manifest; one rename). Returns its ``PublishResult``."""
+    job's ``ShardWriter`` (games index, empty quarantine, manifest last). Returns its ``PublishResult``."""
+    import hashlib
+
     from pipelines.stages import InputRecord
-    from pipelines.writer import FRAME_PARQUET_OPTIONS, ShardWriter
+    from pipelines.writer import FRAME_PARQUET_OPTIONS, ShardWriter, VersionSpec
     from shards_schema.melee import FRAMES_SCHEMA, GAMES_SCHEMA
     from shards_schema.versions import MELEE_FRAMES
 
-    writer = ShardWriter(out_root=Path(out).resolve(), dataset=dataset, schema=FRAMES_SCHEMA,
-                         index_schema=GAMES_SCHEMA, code=MELEE_FRAMES, shard_size_bytes=128 << 20,
+    seeds = "".join(f"{game_id}@{r.seed_start}+{r.seed_frames}\n" for r, game_id in rollouts)
+    spec = VersionSpec(out_root=str(out), dataset=dataset, code=MELEE_FRAMES, source="world-model-rollout",
+                       source_revision=source_revision, config=config,
+                       planned_inputs=hashlib.sha256(seeds.encode()).hexdigest())
+    writer = ShardWriter(spec, schema=FRAMES_SCHEMA, index_schema=GAMES_SCHEMA, shard_size_bytes=128 << 20,
                          parquet_options=FRAME_PARQUET_OPTIONS)
     try:
         for r, game_id in rollouts:
@@ -520,7 +525,7 @@ def write_rollouts(rollouts: list[tuple[Rollout, str]], out: str | Path, *, data
             index_row = _index_row(r, game_id, table)
             writer.add_input(InputRecord(input_id=index_row["input_id"], source="world-model-rollout",
                                          dedupe_key=game_id, num_rows=table.num_rows, index_rows=[index_row]), table)
-        return writer.publish(source="world-model-rollout", source_revision=source_revision, config=config)
+        return writer.publish()
     except BaseException:
         writer.abort()
         raise

@@ -32,13 +32,26 @@ def list_files(root: str, suffixes: tuple[str, ...] | None) -> list[str]:
     """URIs of the files below ``root`` (local path or URI) whose names end with one of ``suffixes`` in any case
     (every file when None), or ``root`` itself when it is a file, sorted: the deterministic input order every file
     source starts from. ``--download``'s bookkeeping folder is left out. Local URIs are absolute paths."""
+    return [uri for uri, _ in list_sized(root, suffixes)]
+
+
+def list_sized(root: str, suffixes: tuple[str, ...] | None) -> list[tuple[str, int]]:
+    """``list_files`` with each file's listed size in bytes."""
     root = str(root)
     try:
-        uris = storage.list_files(root, suffixes)
+        listed = storage.list_sizes(root, suffixes)
     except FileNotFoundError:
         raise FileNotFoundError(f"--input {root} does not exist: give an existing folder, file or URI (for s3:// "
                                 "check the bucket, key and AWS_ENDPOINT_URL)") from None
-    return [u for u in uris if not storage.relative(u, root).startswith(HUB_BOOKKEEPING)]
+    return [(u, n) for u, n in listed if not storage.relative(u, root).startswith(HUB_BOOKKEEPING)]
+
+
+def file_items(root: str, listed: list[tuple[str, int]], **fields) -> list[dict]:
+    """One work item per listed file: its id is its path below ``--input`` (the same for a folder and its copy in a
+    bucket), its bytes its listed size."""
+    from pipelines.stages import work_item
+
+    return [work_item(input_id(uri, root), size, uri=uri, root=root, **fields) for uri, size in listed]
 
 
 def input_id(uri: str, root: str) -> str:

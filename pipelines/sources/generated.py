@@ -18,10 +18,12 @@ from pipelines.errors import InvalidJsonError, InvalidRecordError, SimulatorErro
 from pipelines.pokemon.dex import REPO_ROOT, SHOWDOWN_VERSION, Dex, showdown_dir
 from pipelines.pokemon.parser import PokemonParser
 from pipelines.pokemon.pov import pov_trajectory
-from pipelines.stages import Parsed, Plan, Source, read_row, register_parser, register_source
+from pipelines.stages import Parsed, Plan, Source, read_row, register_parser, register_source, work_item
 
 GENERATOR = REPO_ROOT / "pipelines" / "showdown" / "generate_battles.js"
 POLICIES = ("random", "heuristic")
+BATTLE_LOG_BYTES = 138_000
+"""Bytes of one generated battle's record (measured: 10 battles per default format, 2.76 MB), to pack chunks."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,7 +132,7 @@ class GeneratedSource(Source):
     a chunk of battles (at most ``--num-parse-actors`` at once)."""
 
     parser = "generated"
-    max_read_blocks = None
+    shard_bytes_per_input_byte = 0.09  # 20 battle records, 2.76 MB → 0.25 MB of trajectories
     bounded_reads = True
     needs_input = False
     default_formats = ("gen9randombattle", "gen1ou")
@@ -139,8 +141,10 @@ class GeneratedSource(Source):
     def plan(self) -> Plan:
         g = self.cfg.generated
         self.showdown = str(showdown_dir())  # found on the driver, handed to the read tasks with this source
-        return Plan(chunks(self.cfg.effective_formats, g.num_battles, g.seed, g.p1, g.p2, g.battles_per_chunk),
-                    generator_revision())
+        items = [work_item(f"{c['format']}/{c['first_index']}+{c['num_battles']}", None,
+                           estimate_bytes=c["num_battles"] * BATTLE_LOG_BYTES, **c)
+                 for c in chunks(self.cfg.effective_formats, g.num_battles, g.seed, g.p1, g.p2, g.battles_per_chunk)]
+        return Plan(items, generator_revision())
 
     def read(self, item: dict) -> list[dict]:
         return [read_row(bid, line) for bid, line in generate(item, self.showdown)]
