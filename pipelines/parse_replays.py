@@ -297,6 +297,11 @@ def run(cfg: ParseConfig, *, log=print):
     tasks = stages.pack_tasks(plan.items, group_bytes)
     log(f"[parse] source={cfg.source} formats={cfg.effective_formats or 'all'} work items={len(plan.items)} "
         f"read tasks={len(tasks)} → {spec.uri}")
+    need, have = (cfg.num_parse_actors + 0.5) * cfg.cpus_per_actor, ray.cluster_resources().get("CPU", 0)
+    if need > have:  # the actors hold their CPUs for the whole job: without room for one read task nothing moves
+        log(f"[parse] warning: {cfg.num_parse_actors} parse actors x {cfg.cpus_per_actor} CPU and a read task need "
+            f"{need:g} CPUs, the cluster has {have:g}: the job waits until nodes are added (lower --num-parse-actors "
+            "or --cpus-per-actor otherwise)")
     env = _storage_env()
     runtime_env = {"runtime_env": {"env_vars": env}} if env else {}
     ds = ray.data.from_items([{"task": i, "items": json.dumps(t)} for i, t in enumerate(tasks)],

@@ -207,7 +207,7 @@ class PokemonTurn:
 
 @dataclass(frozen=True, kw_only=True)
 class TrajectoryIndexRow:
-    """One row of the per-trajectory index (``index.parquet``): where each trajectory lives.
+    """One row of the per-trajectory index (the manifest's ``index_file``): where each trajectory lives.
 
     Attributes:
         trajectory_id: as in the turns table.
@@ -215,7 +215,7 @@ class TrajectoryIndexRow:
         format: format id.
         player_side: ``p1`` or ``p2``.
         input_id: the source input the trajectory came from (file, archive member, battle).
-        file: shard file name (``part-00000.parquet``) holding all its rows.
+        file: shard file name (``part-<task>-<group>-<k>-<sha>.parquet``) holding all its rows.
         row_start: first row of the trajectory in that file.
         num_rows: number of rows (decision points).
         result: ``win``, ``loss``, ``tie`` or ``unknown``.

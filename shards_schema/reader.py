@@ -54,7 +54,7 @@ class ShardVersion:
     manifest: Manifest
 
     def uri(self, file: str) -> str:
-        """The URI of a file of this version (``part-00000.parquet``, ``index.parquet``)."""
+        """The URI of a file of this version (a name from its manifest)."""
         return storage.join(self.path, file)
 
     @property

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import tarfile
 from collections import Counter
 from pathlib import Path
@@ -13,7 +15,9 @@ import pytest
 from conftest import shared_data
 
 from pipelines.parse_replays import ParseConfig, run
-from shards_schema.reader import open_version
+from shards_schema.reader import ShardIntegrityError, open_version
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_generated_end_to_end(tiny_generated):
@@ -136,3 +140,48 @@ def test_cli_refuses_a_dataset_outside_out(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
     cfg = parse_config(ParseConfig, ["--tiny", "--out", str(out), "--dataset", "mine"])
     assert (cfg.dataset, cfg.generated.num_battles) == ("mine", 6)
+
+
+def _job_in_a_process(out: Path, num_games: int) -> subprocess.Popen:
+    """The parse job as a user runs it (its own local Ray), on synthetic Melee games in groups of about one game."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]);"
+            "from pipelines.parse_replays import ParseConfig, run;"
+            "run(ParseConfig.tiny(source='slp', out=sys.argv[2], num_battles=int(sys.argv[3]), shard_size_mb=0.05))")
+    return subprocess.Popen([sys.executable, "-c", code, str(REPO_ROOT), str(out), str(num_games)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL the job and every process it started (its Ray: GCS, raylet, workers), as a lost machine would end it."""
+    import psutil
+
+    parent = psutil.Process(proc.pid)
+    family = [parent, *parent.children(recursive=True)]
+    for p in family:
+        p.kill()
+    psutil.wait_procs(family, timeout=30)
+
+
+def test_a_job_killed_half_way_leaves_no_version_and_the_rerun_equals_a_clean_run(ray_local, tmp_path):
+    import time
+
+    num_games = 40
+    killed = tmp_path / "killed"
+    proc = _job_in_a_process(killed, num_games)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(killed.glob("melee_frames/*/part-*.parquet")):
+            assert proc.poll() is None and time.monotonic() < deadline, "the job ended before writing a shard"
+            time.sleep(0.05)
+    finally:
+        _kill_tree(proc)
+    [folder] = killed.glob("melee_frames/*")
+    assert not (folder / "manifest.json").exists()  # the job was killed before it published
+    with pytest.raises(ShardIntegrityError, match="has no manifest.json"):
+        open_version(folder)
+    cfg = dict(source="slp", num_battles=num_games, shard_size_mb=0.05)
+    rerun = run(ParseConfig.tiny(out=str(killed), **cfg), log=lambda *_: None)
+    clean = run(ParseConfig.tiny(out=str(tmp_path / "clean"), **cfg), log=lambda *_: None)
+    assert rerun.path == folder and len(rerun.manifest.files) > 1
+    assert {p.name: p.read_bytes() for p in rerun.path.iterdir()} == {p.name: p.read_bytes()
+                                                                     for p in clean.path.iterdir()}
