@@ -138,7 +138,7 @@ def test_fuzzed_parquet_tables_never_crash_the_read_stage(tmp_path, compression)
     for i, mutated in enumerate(_mutations(clean.read_bytes(), rng, 60)):
         path = tmp_path / f"m{i}.parquet"
         path.write_bytes(mutated)
-        items = plan_row_groups([str(path)], "hf-raw", [])
+        items = plan_row_groups(str(path), [(str(path), path.stat().st_size)], "hf-raw", [])
         rows = [row for item in items for row in read_row_group(item)]
         assert all((r["payload"] is None) != (r["read_error"] is None) for r in rows)
         assert all(r["input_id"].startswith(path.name) for r in rows)
