@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -49,7 +50,11 @@ class Mamba2Config:
         conv_bias: whether conv1d has a bias.
         norm_eps: epsilon of the gated RMSNorm before out_proj.
         use_fused: scan with mamba_ssm's Triton kernel when ``fused_available()`` and the input is on CUDA; the
-            PyTorch scan otherwise, so the same config runs on CPU.
+            PyTorch scan otherwise, so the same config runs on CPU. When the kernel cannot load here (no CUDA, or
+            mamba_ssm does not import), building the block warns once per process with the reason.
+        require_fused: raise at construction, with the reason and the install command, instead of falling back
+            to the PyTorch scan when the fused kernel cannot load; needs ``use_fused``. For GPU runs that must not
+            silently train on the slow path.
     """
 
     d_model: int
@@ -67,8 +72,11 @@ class Mamba2Config:
     conv_bias: bool = True
     norm_eps: float = 1e-5
     use_fused: bool = False
+    require_fused: bool = False
 
     def __post_init__(self):
+        if self.require_fused and not self.use_fused:
+            raise ValueError("require_fused needs use_fused=True (it forbids falling back from the fused scan)")
         for name in ("d_model", "d_state", "d_conv", "expand", "headdim", "ngroups", "chunk_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -214,21 +222,74 @@ def ssd_chunked(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Ten
     return y[:, :seqlen], final_state
 
 
+FUSED_INSTALL = ("pip install --no-build-isolation 'mamba-ssm>=2.3.2' (in an environment that already has a CUDA "
+                 "build of torch >= 2.9, packaging, ninja, wheel and setuptools; see pyproject.toml's gpu extra)")
+"""How to install the fused kernels: quoted in the ``require_fused`` error."""
+
+_warned_fallback = False  # the fallback warning goes out once per process, however many blocks are built
+
+
 @functools.cache
-def _fused_scan() -> Callable | None:
-    """mamba_ssm's Triton chunk scan, or None when there is no CUDA or mamba_ssm does not import."""
+def _load_fused_scan() -> tuple[Callable | None, str | None]:
+    """(mamba_ssm's Triton chunk scan, None), or (None, why it cannot run here).
+
+    The import is tried even without CUDA so that the reason names an import failure too: mamba-ssm 2.2.4 and 2.3.x
+    import the compiled ``selective_scan_cuda`` in ``mamba_ssm/__init__.py`` (so a Triton-only install fails here),
+    and 2.2.4 imports ``GreedySearchDecoderOnlyOutput``, which transformers 5 removed. A broken compiled extension
+    (undefined symbol, missing libcudart) also surfaces as ImportError.
+    """
+    reasons = []
     if not torch.cuda.is_available():
-        return None
+        reasons.append(f"torch.cuda.is_available() is False (torch {torch.__version__})")
     try:
         from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
-    except ImportError:
-        return None
-    return mamba_chunk_scan_combined
+    except ImportError as error:
+        reasons.append(f"importing mamba_ssm failed: {type(error).__name__}: {error}")
+        mamba_chunk_scan_combined = None
+    if reasons:
+        return None, "; ".join(reasons)
+    return mamba_chunk_scan_combined, None
+
+
+def _fused_scan() -> Callable | None:
+    """mamba_ssm's Triton chunk scan, or None when there is no CUDA or mamba_ssm does not import."""
+    return _load_fused_scan()[0]
+
+
+def fused_unavailable_reason() -> str | None:
+    """Why ``use_fused`` cannot take effect here (no CUDA, the import error), or None when it can."""
+    return _load_fused_scan()[1]
 
 
 def fused_available() -> bool:
     """Whether ``use_fused`` can take effect here: CUDA is available and mamba_ssm's Triton scan imports."""
     return _fused_scan() is not None
+
+
+def check_fused(cfg: Mamba2Config) -> None:
+    """What a block does at construction about its fused request: nothing when the kernel loads or was not asked
+    for; raise under ``require_fused``; otherwise warn once per process that it falls back to the PyTorch scan."""
+    global _warned_fallback
+    if not cfg.use_fused:
+        return
+    reason = fused_unavailable_reason()
+    if reason is None:
+        return
+    if cfg.require_fused:
+        raise RuntimeError(f"require_fused: mamba_ssm's fused scan cannot run here ({reason}). "
+                           f"Install it on a CUDA machine with: {FUSED_INSTALL}; or drop require_fused to train on "
+                           "the PyTorch scan")
+    if not _warned_fallback:
+        _warned_fallback = True
+        warnings.warn(f"use_fused was requested but mamba_ssm's fused scan cannot run here ({reason}); Mamba-2 "
+                      f"blocks use the PyTorch scan (ssd_chunked), which is much slower on GPU. Install the kernel "
+                      f"with: {FUSED_INSTALL}; pass require_fused to make this an error", RuntimeWarning,
+                      stacklevel=3)
+
+
+def _autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The autocast dtype in force for ``device_type``, or None when autocast is off there."""
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
 
 
 # --- the block -----------------------------------------------------------------------------------------------------
@@ -264,6 +325,7 @@ class Mamba2(nn.Module):
 
     def __init__(self, cfg: Mamba2Config):
         super().__init__()
+        check_fused(cfg)  # at construction, not per forward: warn or fail before any training step
         self.cfg = cfg
         # Registration order follows mamba_ssm, so state_dict keys come out in the same order.
         self.in_proj = nn.Linear(cfg.d_model, cfg.d_in_proj, bias=cfg.bias)
@@ -320,6 +382,10 @@ class Mamba2(nn.Module):
         y = y.reshape(*y.shape[:-2], self.cfg.d_inner)  # (..., d_inner)
         return self.out_proj(self.norm(y.to(out_dtype), z))
 
+    def _fused_for(self, u: torch.Tensor) -> Callable | None:
+        """The fused scan for input ``u``, or None for the PyTorch scan (not requested, unavailable, or not CUDA)."""
+        return _fused_scan() if self.cfg.use_fused and u.is_cuda else None
+
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         """(B, L, d_model) → (B, L, d_model), from a fresh (zero) cache."""
         return self.forward_with_state(u)[0]
@@ -355,11 +421,16 @@ class Mamba2(nn.Module):
 
         x, B, C, dt, A = self._ssm_inputs(xBC, dt, scan_dtype)  # (B, L, H, P), (B, L, G, N) x2, (B, L, H), (H,)
         initial_state = None if ssm_state is None else ssm_state.to(scan_dtype)
-        fused = _fused_scan() if cfg.use_fused and u.is_cuda else None
+        fused = self._fused_for(u)
         if fused is not None:
             # dt already has softplus and bias, and D is added below, so the kernel does exactly ssd_chunked's job.
-            y, final_state = fused(x.contiguous(), dt.contiguous(), A.float(), B.contiguous(), C.contiguous(),
-                                   cfg.chunk_size, initial_states=initial_state, return_final_states=True)
+            # Under autocast x, B and C go in as the autocast dtype (bf16), as mamba_ssm's own Mamba2 feeds them (its
+            # conv output): the kernel accumulates in fp32 itself, and fp32 inputs would double its memory traffic.
+            # dt and A stay fp32: exp(dt * A) is where precision matters, and the kernel casts dt to fp32 anyway.
+            io_dtype = _autocast_dtype(u.device.type) or scan_dtype
+            y, final_state = fused(x.to(io_dtype).contiguous(), dt.contiguous(), A.float(),
+                                   B.to(io_dtype).contiguous(), C.to(io_dtype).contiguous(), cfg.chunk_size,
+                                   initial_states=initial_state, return_final_states=True)
             y, final_state = y.to(scan_dtype), final_state.to(scan_dtype)
         else:
             y, final_state = ssd_chunked(x, dt, A, B, C, cfg.chunk_size, initial_state)  # (B, L, H, P)

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from models import mamba2
 from models.mamba2 import GatedRMSNorm, Mamba2, Mamba2Config, fused_available, ssd_chunked, ssd_naive
 
 
@@ -270,12 +271,71 @@ def test_float32_block_close_to_float64():
     torch.testing.assert_close(block32(u.float()).double(), block64(u), rtol=1e-4, atol=1e-4)
 
 
-def test_use_fused_on_cpu_takes_the_pytorch_path():
+def test_use_fused_on_cpu_takes_the_pytorch_path(monkeypatch):
+    monkeypatch.setattr(mamba2, "_warned_fallback", False)
     block = _block()
-    requested = Mamba2(dataclasses.replace(block.cfg, use_fused=True)).double()
+    with pytest.warns(RuntimeWarning, match="PyTorch scan"):
+        requested = Mamba2(dataclasses.replace(block.cfg, use_fused=True)).double()
     requested.load_state_dict(block.state_dict())
     u = _tokens(block)
     torch.testing.assert_close(requested(u), block(u), rtol=0, atol=0)
+
+
+@pytest.mark.skipif(fused_available(), reason="checks the fallback, and the fused scan loads here")
+def test_unavailable_fused_scan_warns_once_with_the_reason(monkeypatch, recwarn):
+    monkeypatch.setattr(mamba2, "_warned_fallback", False)
+    cfg = Mamba2Config.tiny(use_fused=True)
+    Mamba2(cfg)
+    Mamba2(cfg)  # a second block (a deeper model): no second warning
+    Mamba2(Mamba2Config.tiny())  # not requested: never warns
+    fallback = [w for w in recwarn if issubclass(w.category, RuntimeWarning) and "use_fused" in str(w.message)]
+    assert len(fallback) == 1
+    message = str(fallback[0].message)
+    assert mamba2.fused_unavailable_reason() in message  # the import error / missing CUDA, verbatim
+    assert "pip install --no-build-isolation" in message
+
+
+@pytest.mark.skipif(fused_available(), reason="checks the fallback, and the fused scan loads here")
+def test_require_fused_raises_with_the_reason_and_install_command():
+    reason = mamba2.fused_unavailable_reason()
+    if not torch.cuda.is_available():
+        assert "torch.cuda.is_available() is False" in reason
+    try:
+        import mamba_ssm  # noqa: F401
+    except ImportError as error:  # the usual CPU machine: the import error is part of the reason
+        assert type(error).__name__ in reason
+    with pytest.raises(RuntimeError, match="require_fused") as raised:
+        Mamba2(Mamba2Config.tiny(use_fused=True, require_fused=True))
+    assert reason in str(raised.value) and mamba2.FUSED_INSTALL in str(raised.value)
+    with pytest.raises(ValueError, match="needs use_fused"):
+        Mamba2Config.tiny(require_fused=True)
+
+
+def test_fused_path_gets_bf16_inputs_under_autocast(monkeypatch):
+    """The fused kernel's plumbing, on CPU: a stand-in kernel (ssd_chunked in fp32, returning y in x's dtype as
+    mamba_chunk_scan_combined does) records its input dtypes under bf16 autocast."""
+    seen = {}
+
+    def fake_kernel(x, dt, A, B, C, chunk_size, initial_states=None, return_final_states=False):
+        seen.update(x=x.dtype, dt=dt.dtype, A=A.dtype, B=B.dtype, C=C.dtype)
+        y, state = ssd_chunked(x.float(), dt.float(), A.float(), B.float(), C.float(), chunk_size, initial_states)
+        return y.to(x.dtype), state
+
+    torch.manual_seed(0)
+    cfg = Mamba2Config.tiny()
+    plain = Mamba2(cfg)
+    fused = Mamba2(cfg)
+    fused.load_state_dict(plain.state_dict())
+    monkeypatch.setattr(fused, "_fused_for", lambda u: fake_kernel)
+    u = torch.randn(2, 11, cfg.d_model)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y_fused = fused(u)
+        y_plain = plain(u)
+    assert seen == dict(x=torch.bfloat16, dt=torch.float32, A=torch.float32, B=torch.bfloat16, C=torch.bfloat16)
+    torch.testing.assert_close(y_fused.float(), y_plain.float(), rtol=0.05, atol=0.05)
+    seen.clear()
+    fused(u)  # without autocast the kernel gets the scan dtype (fp32)
+    assert seen["x"] == torch.float32 and seen["B"] == torch.float32
 
 
 @pytest.mark.skipif(not fused_available(), reason="needs CUDA and mamba_ssm")
