@@ -6,52 +6,22 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 from conftest import REPO_ROOT, shared_data
+from ray_nodes import RAY_BIN, start_head, stop
+from ray_nodes import http_status as _get
 
 from shards_schema.reader import open_version
-
-RAY_BIN = Path(sys.executable).parent / "ray"
-
-
-def _free_ports(n: int) -> list[int]:
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
-
-
-def _get(url: str, token: str | None = None) -> int:
-    """HTTP status of a GET, with or without the bearer token."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=2) as response:
-            return response.status
-    except urllib.error.HTTPError as err:
-        return err.code
 
 
 @pytest.fixture(scope="module")
 def ray_head():
-    gcs, dash, client, agent_http, agent_grpc, metrics, rt_env, nm, om = _free_ports(9)
-    worker_lo = 20000 + os.getpid() % 20000
-    temp_dir = tempfile.mkdtemp(prefix="rfh", dir="/tmp")
-    home = Path(temp_dir) / "home"  # the user's ~/.ray/auth_token goes here, not into the real home
+    temp_dir = Path(tempfile.mkdtemp(prefix="rfh", dir="/tmp"))
+    home = temp_dir / "home"  # the user's ~/.ray/auth_token goes here, not into the real home
     # `python` in the job's entrypoint must be the project's interpreter, as in an activated virtualenv. The token
     # comes from the token file only (as for a user who ran `ray get-auth-token --generate`), not the session's.
     env = {**{k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")},
@@ -59,40 +29,16 @@ def ray_head():
     subprocess.run([str(RAY_BIN), "get-auth-token", "--generate"], env=env, check=True, capture_output=True,
                    timeout=120)
     token = (home / ".ray" / "auth_token").read_text().strip()
-    cmd = [str(RAY_BIN), "start", "--head", "--block", f"--temp-dir={temp_dir}", f"--port={gcs}",
-           "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
-           "--include-dashboard=true", f"--ray-client-server-port={client}",
-           f"--dashboard-agent-listen-port={agent_http}",
-           f"--dashboard-agent-grpc-port={agent_grpc}", f"--metrics-export-port={metrics}",
-           f"--runtime-env-agent-port={rt_env}", f"--node-manager-port={nm}", f"--object-manager-port={om}",
-           f"--min-worker-port={worker_lo}", f"--max-worker-port={worker_lo + 200}", "--num-cpus=2",
-           "--disable-usage-stats"]
-    log = open(Path(temp_dir) / "head.log", "w")
-    # Ray's single-machine mode for this head alone: `--node-ip-address=127.0.0.1` is replaced by the routable IP
-    # (ray._private.services.resolve_ip_for_localhost), this switch keeps every server of the head on 127.0.0.1.
-    head_env = {**env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    head = subprocess.Popen(cmd, env=head_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    address = f"http://127.0.0.1:{dash}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            _get(f"{address}/api/version", token)
-            break
-        except OSError:
-            if head.poll() is not None:
-                pytest.fail(f"ray head exited: {(Path(temp_dir) / 'head.log').read_text()[-2000:]}")
-            time.sleep(1)
-    else:
-        os.killpg(head.pid, signal.SIGTERM)
-        pytest.fail("ray head did not come up in 90 s")
-    yield address, env, token, head.pid
-    os.killpg(head.pid, signal.SIGTERM)  # this head only, by its process group; never `ray stop`
     try:
-        head.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(head.pid, signal.SIGKILL)
-    log.close()
-    shutil.rmtree(temp_dir, ignore_errors=True)
+        head = start_head(temp_dir, env, num_cpus=2, token=token)
+    except RuntimeError as err:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        pytest.fail(str(err))
+    try:
+        yield head.dashboard, env, token, head.proc.pid
+    finally:
+        stop(head.proc)  # this head only, by its process group; never `ray stop`
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def test_head_refuses_requests_without_the_token_and_listens_on_loopback(ray_head):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -35,3 +36,20 @@ def test_ray_is_started_as_the_project_requires():
     head = " ".join(config["head_start_ray_commands"])
     assert "--dashboard-host=127.0.0.1" in head  # reached through `ray dashboard` (SSH), never opened publicly
     assert all(t["node_config"]["ImageId"] for t in config["available_node_types"].values())
+
+
+def test_shards_and_checkpoints_live_on_s3_reached_by_instance_profile():
+    """A cluster's nodes share no disk: a local --out (``/mnt/shards``, nothing mounts it) would leave each node's
+    shards on that node. Every output the file shows goes to the one bucket variable, and every node reaches it
+    with an instance profile, never with keys in the file."""
+    text = (REPO_ROOT / "ray_cluster.yaml").read_text()
+    config = _config()
+    outputs = re.findall(r"--(out|shards)\s+(\S+)", text)
+    assert {flag for flag, _ in outputs} == {"out", "shards"}, outputs
+    assert all(uri.startswith("s3://$REPLAYFORGE_BUCKET/") for _, uri in outputs), outputs
+    assert "/mnt/" not in text
+    exports = [c for c in config["setup_commands"] if "export REPLAYFORGE_BUCKET=" in c]
+    assert len(exports) == 1 and len(re.findall(r"REPLAYFORGE_BUCKET=\w", text)) == 1, exports
+    for name, node_type in config["available_node_types"].items():
+        assert node_type["node_config"].get("IamInstanceProfile"), f"{name} has no instance profile"
+    assert not re.search(r"AWS_(ACCESS_KEY_ID|SECRET_ACCESS_KEY|SESSION_TOKEN)|aws_access_key|AKIA[0-9A-Z]{16}", text)

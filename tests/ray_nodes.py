@@ -1,0 +1,146 @@
+"""Ray processes for tests, started with `ray start --block` on 127.0.0.1 (own temp dir, explicit ports) and ended
+by their process group, never with `ray stop` (it ends every Ray on the machine)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+RAY_BIN = Path(sys.executable).parent / "ray"
+
+
+# Ray 2.60 answers SIGTERM by draining the node for up to 30 s before it ends its processes; signalled as a process
+# group, the GCS goes first and every end of a head sat out the whole 30 s ("Failed to mark the local node as draining
+# on SIGTERM"). A test's node has nothing to hand over.
+NO_DRAIN = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+
+
+def free_ports(n: int) -> list[int]:
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def http_status(url: str, token: str | None = None) -> int:
+    """HTTP status of a GET, with or without the bearer token (OSError when nothing listens)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=2) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def node_ports(worker_lo: int) -> list[str]:
+    """Every port a node opens besides the head's own (GCS, dashboard, client), explicit so that two nodes on one
+    machine never collide."""
+    agent_http, agent_grpc, metrics, rt_env, nm, om = free_ports(6)
+    return [f"--dashboard-agent-listen-port={agent_http}", f"--dashboard-agent-grpc-port={agent_grpc}",
+            f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={rt_env}",
+            f"--node-manager-port={nm}", f"--object-manager-port={om}",
+            f"--min-worker-port={worker_lo}", f"--max-worker-port={worker_lo + 200}"]
+
+
+@dataclass
+class Head:
+    proc: subprocess.Popen
+    dashboard: str
+    """http://127.0.0.1:PORT: where `ray job submit --address` goes."""
+    gcs: str
+    """127.0.0.1:PORT: where `ray start --address` goes."""
+    temp_dir: Path
+
+
+def start_head(temp_dir: Path, env: dict[str, str], *, num_cpus: int, token: str,
+               timeout_s: float = 90) -> Head:
+    """`ray start --head --block` in the background, every server on 127.0.0.1; returns once the dashboard answers
+    (a request with ``token``). The caller ends it with ``stop``."""
+    gcs, dash, client = free_ports(3)
+    worker_lo = 20000 + os.getpid() % 20000
+    cmd = [str(RAY_BIN), "start", "--head", "--block", f"--temp-dir={temp_dir}", f"--port={gcs}",
+           "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
+           "--include-dashboard=true", f"--ray-client-server-port={client}", *node_ports(worker_lo),
+           f"--num-cpus={num_cpus}", "--disable-usage-stats"]
+    log_path = temp_dir / "head.log"
+    # Ray's single-machine mode for this head alone: `--node-ip-address=127.0.0.1` is replaced by the routable IP
+    # (ray._private.services.resolve_ip_for_localhost), this switch keeps every server of the head on 127.0.0.1.
+    head_env = {**env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", **NO_DRAIN}
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, env=head_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    head = Head(proc, f"http://127.0.0.1:{dash}", f"127.0.0.1:{gcs}", temp_dir)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            http_status(f"{head.dashboard}/api/version", token)
+            return head
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                stop(proc)
+                raise RuntimeError(f"ray head did not come up: {log_path.read_text()[-2000:]}") from None
+            time.sleep(1)
+
+
+def stop(proc: subprocess.Popen, timeout_s: float = 30) -> None:
+    """End a process started with ``start_new_session=True`` and everything it started, by its process group."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=timeout_s)
+
+
+# `ray start` for a node that joins a head on 127.0.0.1: it swaps 127.0.0.1 (for --address and --node-ip-address)
+# for the machine's routable IP (ray._private.services.resolve_ip_for_localhost), where the head does not listen, and
+# refuses to join a cluster under the head's single-machine switch (scripts.py: "Multi-node Ray clusters are not
+# supported"). Answering 127.0.0.1 for this process's own IP keeps the node, and every server it starts, on loopback.
+_JOIN_ON_LOOPBACK = ("import ray._private.services as s; s.get_node_ip_address = lambda address=None: '127.0.0.1'; "
+                     "from ray.scripts.scripts import main; main()")
+
+
+def start_hidden_node(head: Head, temp_dir: Path, env: dict[str, str], *, hide: list[Path],
+                      num_cpus: int) -> subprocess.Popen:
+    """A second node that cannot see ``hide`` (each covered by an empty tmpfs in its own mount namespace), as a node
+    of a real cluster cannot see the driver's disk. Needs root (or CAP_SYS_ADMIN). The caller ends it with ``stop``."""
+    import shlex
+
+    mounts = " && ".join(f"mount -t tmpfs tmpfs {shlex.quote(str(p))}" for p in hide)
+    ray = [sys.executable, "-c", _JOIN_ON_LOOPBACK, "start", f"--address={head.gcs}", "--node-ip-address=127.0.0.1",
+           f"--temp-dir={temp_dir}", *node_ports(20000 + (os.getpid() + 300) % 20000), f"--num-cpus={num_cpus}",
+           "--block", "--disable-usage-stats"]
+    with open(temp_dir / "node.log", "w") as log:
+        return subprocess.Popen(["unshare", "-m", "sh", "-c", f"{mounts} && exec {shlex.join(ray)}"],
+                                env={**env, **NO_DRAIN},
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def can_hide_folders() -> str | None:
+    """Why a node with hidden folders cannot be started here (None when it can)."""
+    import shutil
+    import tempfile
+
+    if shutil.which("unshare") is None:
+        return "unshare (util-linux) is not installed"
+    with tempfile.TemporaryDirectory() as d:
+        proc = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs tmpfs {d}"], capture_output=True,
+                              text=True)
+    if proc.returncode:
+        return f"`unshare -m` + `mount -t tmpfs` is not permitted here (needs root): {proc.stderr.strip()}"
+    return None
