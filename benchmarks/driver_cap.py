@@ -526,6 +526,12 @@ def main() -> None:
                       f"{median_spread(main_thread)}; net of waiting {median_spread(net)}); fixed {fixed:.2f}s per "
                       f"job; large set: {c['inputs']} inputs = {c['written']} written + {c['filtered']} filtered + "
                       f"{c['quarantined']} quarantined, {c['rows']:,} {unit}, {c['shards']} shards, wall {wall:.1f}s")
+            counts = {name: {k: runs[(name, schema, "large")][0][k] for k in ("inputs", "written", "filtered",
+                                                                             "quarantined", "rows")}
+                      for name in checkouts}
+            if counts["current"] != counts["baseline"]:
+                print(f"  {schema:8s} WARNING: the checkouts disagree on the same inputs ({counts}): the per-unit "
+                      "figures below compare different work")
             ratio = driver[("current", schema)] / driver[("baseline", schema)]
             print(f"  {schema:8s} current / baseline = {ratio:.3f} (baseline / current = {1 / ratio:.1f}); net of "
                   f"waiting {ratio_text(driver_net[('current', schema)], driver_net[('baseline', schema)])}")
