@@ -141,7 +141,7 @@ class ParseInputs:
 
         results = []
         for i, group in enumerate(groups.column("group").to_pylist()):
-            inputs = pa.Table.from_struct_array(groups.column("inputs")[i].values)
+            inputs = stages.struct_table(groups.column("inputs")[i].values)
             writer = GroupWriter(self.version_uri, group, self.parser.schema, shard_size_bytes=self.shard_size_bytes,
                                  parquet_options=self.parser.parquet_options)
             writer.add_batch(self.parse_batch(inputs))

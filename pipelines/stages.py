@@ -226,6 +226,13 @@ assert [name for name, _ in _RECORD_COLUMNS] == [
     "index_json" if f.name == "index_rows" else f.name for f in fields(InputRecord)]
 
 
+def struct_table(structs: pa.StructArray) -> pa.Table:
+    """The table of a struct array's fields, honouring a slice: ``pa.Table.from_struct_array`` (pyarrow 21) keeps a
+    slice's length but not its offset, so the list element of a batch sliced from a larger block came back with the
+    block's other elements in its columns (tests/test_stages.py)."""
+    return pa.Table.from_arrays(structs.flatten(), names=[f.name for f in structs.type])
+
+
 def record_table(records: list[InputRecord]) -> pa.Table:
     """Records as Arrow columns (index rows as JSON: their fields depend on the schema)."""
     rows = [asdict(r) for r in records]
@@ -276,7 +283,7 @@ class ParsedBatch:
     def from_arrow(cls, block: pa.Table, row_schema: pa.Schema) -> ParsedBatch:
         """The batch of a block made by ``to_arrow`` (Ray Data may have joined several into one)."""
         records = records_of(block.drop_columns(["rows"]))
-        tables = [pa.Table.from_struct_array(chunk.flatten()) for chunk in block.column("rows").chunks]
+        tables = [struct_table(chunk.flatten()) for chunk in block.column("rows").chunks]
         rows = pa.concat_tables(tables) if tables else row_schema.empty_table()
         # The struct drops the schema's metadata (schema name and version, which every shard file carries):
         # the declared schema is put back, without copying the columns.

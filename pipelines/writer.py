@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.stages import InputRecord, ParsedBatch, record_table, records_of
+from pipelines.stages import InputRecord, ParsedBatch, record_table, records_of, struct_table
 from shards_schema import storage
 from shards_schema.manifest import MANIFEST_FORMAT, MANIFEST_NAME, Counts, FileEntry, Manifest
 from shards_schema.quarantine import QUARANTINE_SCHEMA
@@ -264,7 +264,7 @@ class GroupResult:
         groups, files = block.column("group").to_pylist(), block.column("files").to_pylist()
         records = block.column("records")
         for i, (group, group_files) in enumerate(zip(groups, files, strict=True)):
-            table = pa.Table.from_struct_array(records[i].values)
+            table = struct_table(records[i].values)
             placements = [Placement(**p) if p else None for p in table.column("placement").to_pylist()]
             out.append(cls(group, records_of(table), placements, [FileEntry(**f) for f in group_files]))
         return out

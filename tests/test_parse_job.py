@@ -185,3 +185,28 @@ def test_a_job_killed_half_way_leaves_no_version_and_the_rerun_equals_a_clean_ru
     assert rerun.path == folder and len(rerun.manifest.files) > 1
     assert {p.name: p.read_bytes() for p in rerun.path.iterdir()} == {p.name: p.read_bytes()
                                                                      for p in clean.path.iterdir()}
+
+
+def test_a_read_task_cut_into_many_groups_writes_each_input_once(ray_local, tmp_path):
+    """One row group of 40 battles is one read task; small shards cut it into several groups, which Ray Data hands
+    on in shared blocks: every battle is written once, in input order, as with one group."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    logs = sorted(shared_data("pokemon", "bench_replays").rglob("*.json"))[:40]
+    rows = [json.loads(p.read_text()) for p in logs]
+    root = tmp_path / "table"
+    root.mkdir()
+    pq.write_table(pa.Table.from_pylist([{k: r.get(k) for k in ("id", "format", "players", "log", "uploadtime",
+                                                                  "formatid", "rating")} for r in rows]),
+                   root / "replays.parquet", row_group_size=len(rows))
+    versions = [run(ParseConfig.tiny(source="hf-raw", input=str(root), out=str(tmp_path / f"out{mb}"),
+                                     shard_size_mb=mb), log=lambda *_: None) for mb in (0.1, 64.0)]
+    many, one = (open_version(p.path) for p in versions)
+    assert len(many.manifest.files) > 2 and len(one.manifest.files) == 1
+    c = many.manifest.counts
+    assert (c.inputs, c.written, c.filtered, c.quarantined) == (40, 40, {}, {})
+    assert many.table().equals(one.table())
+    assert many.index().column("trajectory_id").to_pylist() == one.index().column("trajectory_id").to_pylist()

@@ -141,3 +141,22 @@ def test_output_config_is_what_it_was():
         "source": "pokechamp"}
     assert ParseConfig(source="metamon", out="o", input="x").output_config() == {
         "dataset": "", "formats": [], "shard_size_mb": 128.0, "source": "metamon"}
+
+
+def test_a_group_sliced_from_a_larger_block_keeps_only_its_inputs():
+    """What a parse actor and the driver get from Ray Data: one row of a block holding several groups."""
+    from pipelines.parse_replays import _group_row
+    from pipelines.writer import GroupResult
+
+    def row(input_id):
+        return stages.read_row(input_id, b"bytes")
+
+    block = pa.concat_tables([_group_row("a", [row("x1")]), _group_row("b", [row("y1"), row("y2")])]).combine_chunks()
+    for i, ids in enumerate([["x1"], ["y1", "y2"]]):
+        inputs = stages.struct_table(block.slice(i, 1).column("inputs")[0].values)
+        assert inputs.column("input_id").to_pylist() == ids
+    results = [GroupResult(g, [InputRecord(input_id=f"{g}{k}", source="s") for k in range(n)], [None] * n, [])
+               for g, n in (("a", 1), ("b", 2))]
+    joined = pa.concat_tables([r.to_arrow() for r in results]).combine_chunks()
+    assert [GroupResult.from_arrow(joined.slice(i, 1))[0] for i in range(2)] == results
+    assert GroupResult.from_arrow(joined) == results
