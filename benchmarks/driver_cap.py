@@ -68,13 +68,15 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/ of this checkout
+from tools.local_s3 import LocalS3Server  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
@@ -344,32 +346,8 @@ def describe(repo: Path) -> str:
     return f"{repo} @ {git('log', '-1', '--format=%h %s')[:100]}{dirty}"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class MotoServer:
-    """moto's S3 server on 127.0.0.1 at a free port, started and stopped by its PID."""
-
-    def __init__(self, log_path: Path):
-        import urllib.request
-
-        self.endpoint = f"http://127.0.0.1:{free_port()}"
-        with open(log_path, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                                          self.endpoint.rsplit(":", 1)[1]], stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=2).close()
-                return
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"moto server did not start: {log_path.read_text()[-2000:]}") from None
-                time.sleep(0.2)
+class MotoServer(LocalS3Server):
+    """The project's local S3 server (tools/local_s3.py), with the settings a job's environment needs."""
 
     def env(self) -> dict[str, str]:
         return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
@@ -381,14 +359,6 @@ class MotoServer:
         return pafs.S3FileSystem(endpoint_override=self.endpoint.split("://", 1)[1], scheme="http",
                                  region="us-east-1", access_key="testing", secret_key="testing",
                                  allow_bucket_creation=True)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def make_baseline(commit: str, into: Path) -> Path:

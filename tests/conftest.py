@@ -56,48 +56,20 @@ def tiny_generated(ray_local, tmp_path_factory):
     return cfg, published, logs
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """An S3-compatible server (moto's server mode) on 127.0.0.1 at a free port, started and stopped by PID;
     ``AWS_ENDPOINT_URL`` and ``AWS_REGION`` point this session at it (the keys are set above). Yields its endpoint."""
-    import subprocess
-    import time
-    import urllib.request
-
     pytest.importorskip("moto", reason="moto[server] (the dev extra) runs the local S3 server")
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("s3") / "moto.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                stdout=out, stderr=subprocess.STDOUT)
+    from tools.local_s3 import LocalS3Server
+
+    server = LocalS3Server(tmp_path_factory.mktemp("s3") / "moto.log")
     previous = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_REGION")}
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto server did not start: {log.read_text()[-2000:]}") from None
-                time.sleep(0.2)
-        os.environ.update(AWS_ENDPOINT_URL=endpoint, AWS_REGION="us-east-1")
-        yield endpoint
+        os.environ.update(AWS_ENDPOINT_URL=server.endpoint, AWS_REGION="us-east-1")
+        yield server.endpoint
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        server.stop()
         for key, value in previous.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -110,12 +82,10 @@ def s3_bucket(s3_server, request):
     """A new empty bucket on the local S3 server; yields its ``s3://`` URI."""
     import re
 
-    import pyarrow.fs as pafs
-
     bucket = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower())[:50].strip("-") + f"-{os.getpid()}"
-    # the project's own S3 filesystem never creates buckets (a typo in a user's URI must not make one)
-    pafs.S3FileSystem(endpoint_override=s3_server.split("://", 1)[1], scheme="http", region="us-east-1",
-                      allow_bucket_creation=True).create_dir(bucket)
+    from tools.local_s3 import create_bucket
+
+    create_bucket(s3_server, bucket)
     return f"s3://{bucket}"
 
 
