@@ -83,7 +83,9 @@ class WorldModelConfig:
         chunk_size: Mamba-2 scan chunk length.
         mlp_context: frames the MLP baseline sees.
         dropout: dropout on the frame vectors (training only).
-        use_fused: use mamba_ssm's fused scan when on CUDA and installed.
+        use_fused: use mamba_ssm's fused scan when on CUDA and installed (else the PyTorch scan, with one warning).
+        require_fused: with ``use_fused``, fail at construction when the fused scan cannot load instead of falling
+            back (``Mamba2Config.require_fused``).
     """
 
     backbone: str = "mamba2"
@@ -97,6 +99,7 @@ class WorldModelConfig:
     mlp_context: int = 8
     dropout: float = 0.1
     use_fused: bool = False
+    require_fused: bool = False
 
     def __post_init__(self):
         if self.backbone not in ("mamba2", "mlp"):
@@ -170,7 +173,8 @@ class MambaBackbone(nn.Module):
     def __init__(self, cfg: WorldModelConfig):
         super().__init__()
         block = Mamba2Config(d_model=cfg.d_model, d_state=cfg.d_state, headdim=cfg.headdim, expand=cfg.expand,
-                             chunk_size=cfg.chunk_size, use_fused=cfg.use_fused)
+                             chunk_size=cfg.chunk_size, use_fused=cfg.use_fused,
+                             require_fused=cfg.require_fused)
         self.norms = nn.ModuleList(nn.RMSNorm(cfg.d_model) for _ in range(cfg.n_layers))
         self.mixers = nn.ModuleList(Mamba2(block) for _ in range(cfg.n_layers))
         self.final_norm = nn.RMSNorm(cfg.d_model)
