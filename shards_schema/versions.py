@@ -50,6 +50,12 @@ MELEE_FRAMES = CodeVersions(
     refeaturize_command=None,
 )
 
+MELEE_FEATURES = "1.0.0"
+"""Version of the Melee world model's feature spec (``pipelines/melee/features.py``: the field layout, ``featurize``
+and ``unfeaturize``). Features are derived from stored frames when training reads them, so shards do not carry it;
+checkpoints do, and play, evaluation and fine-tuning refuse a checkpoint whose major differs from this code's. Bump
+the major when a field's position, scale or class count changes."""
+
 CODE_VERSIONS: dict[str, CodeVersions] = {"pokemon_turns": POKEMON_TURNS, "melee_frames": MELEE_FRAMES}
 
 UPGRADE_COMMAND = "git pull && make setup"
