@@ -37,13 +37,16 @@ def measure_loader(version_path: str, context: int, batch_size: int, seed: int, 
     import ray
     import torch
 
-    from training.windows import LoadWindows, window_batches, windows_dataset
+    from shards_schema.reader import open_version
+    from training.windows import LoadWindows, stream_dataset, window_batches, window_specs, window_stream
 
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     ray.data.DataContext.get_current().enable_progress_bars = False
-    _, num_windows = windows_dataset(version_path, context, seed)
-    dataset, _ = windows_dataset(version_path, context, seed, batch_size=batch_size,
-                                 min_batches=epochs * (num_windows // batch_size))
+    version = open_version(version_path)
+    num_windows = window_specs(version, context, seed).num_rows
+    # the trainer's stream (training/fit.py): epochs back to back, each with its own seed
+    dataset = stream_dataset(window_stream(lambda epoch: window_specs(version, context, seed + epoch), 0,
+                                           epochs * (num_windows // batch_size) * batch_size))
     batches, samples, first_s = [], 0, None
     t0 = time.perf_counter()
     for arrays in window_batches(dataset, LoadWindows(version_path, context), batch_size):

@@ -8,6 +8,7 @@ a local folder or an object-store URI (``s3://bucket/out/pokemon_turns/<version>
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +88,12 @@ class ShardVersion:
                 yield from pq.ParquetFile(fh).iter_batches(batch_size=batch_size, columns=columns)
 
     def index(self) -> pa.Table:
+        """The index table (one row per trajectory or game), read once per ``ShardVersion`` (a trainer cuts every
+        epoch's windows from it; Arrow tables are immutable, so sharing it is safe)."""
+        return self._index
+
+    @functools.cached_property
+    def _index(self) -> pa.Table:
         return self.read_table(self.manifest.index_file.path)
 
     def quarantine(self) -> pa.Table:

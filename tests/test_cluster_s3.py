@@ -145,7 +145,8 @@ def _final_weights_equal(a: str, b: str) -> bool:
     import torch
 
     from shards_schema import storage
-    from training.loop import latest_checkpoint, load_state
+    from training.checkpoints import load_state
+    from training.loop import latest_checkpoint
 
     states = [load_state(storage.join(latest_checkpoint(run), "state.pt")) for run in (a, b)]
     assert states[0]["step"] == states[1]["step"]

@@ -22,30 +22,29 @@ class _RunsCode:
 
 
 def _plain_state() -> dict:
-    from training.loop import rng_state
+    from training.checkpoints import rng_state
 
     return {"model": {"weight": torch.zeros(2, 2)}, "optimizer": {"state": {}, "param_groups": []}, "step": 3,
             "config": {"preset": "tiny", "context": 8}, "model_config": {"d_model": 8}, "rng": [rng_state()]}
 
 
 def _loaders():
+    from training.checkpoints import load_state, read_checkpoint
     from training.evaluate import load_policy
-    from training.loop import load_checkpoint, load_state
-    from training.world_model import _checkpoint_step, load_model
+    from training.world_model import load_model
 
     return {
         "load_state": lambda run: load_state(run / "state.pt"),
         "evaluate.load_policy": lambda run: load_policy(str(run / "state.pt")),
         "world_model.load_model": lambda run: load_model(run / "state.pt"),
-        "world_model --resume step": lambda run: _checkpoint_step(run),
-        # a worker on --resume (Ray Train has no checkpoint of its own yet)
-        "--resume": lambda run: load_checkpoint({"resume_path": str(run)}, "cpu", None),
+        # the driver on --resume / --init-from, and a worker starting from them
+        "--resume, --init-from": lambda run: read_checkpoint(str(run)),
     }
 
 
 @pytest.mark.parametrize("way_in", list(_loaders()))
 def test_a_checkpoint_carrying_a_callable_is_refused_before_it_runs(tmp_path, way_in):
-    from training.loop import UnsafeCheckpointError
+    from training.checkpoints import UnsafeCheckpointError
 
     marker = tmp_path / "code-ran"
     run = tmp_path / "run"
@@ -57,7 +56,7 @@ def test_a_checkpoint_carrying_a_callable_is_refused_before_it_runs(tmp_path, wa
 
 
 def test_a_plain_checkpoint_loads(tmp_path):
-    from training.loop import load_state
+    from training.checkpoints import load_state
 
     torch.save(_plain_state(), tmp_path / "state.pt")
     state = load_state(tmp_path / "state.pt")
@@ -66,7 +65,7 @@ def test_a_plain_checkpoint_loads(tmp_path):
 
 
 def test_rng_states_round_trip_through_a_checkpoint(tmp_path):
-    from training.loop import load_state, rng_state, set_rng_state
+    from training.checkpoints import load_state, rng_state, set_rng_state
 
     random.seed(1)
     np.random.seed(2)

@@ -10,7 +10,8 @@ import pytest
 from conftest import copy_tree
 
 from shards_schema import storage
-from training.loop import latest_checkpoint, load_state, local_run_folder
+from training.checkpoints import load_state
+from training.loop import latest_checkpoint, local_run_folder
 
 
 def _losses(run_folder: Path, column: str) -> dict[int, float]:

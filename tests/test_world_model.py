@@ -50,7 +50,8 @@ def _windows(version_path, context, seed=0):
     from shards_schema.reader import open_version
 
     specs = window_specs(open_version(version_path), context, seed)
-    columns = {k: np.array([s[k] for s in specs]) for k in specs[0]}
+    columns = {k: specs.column(k).to_numpy() for k in specs.column_names}
+    columns["window"] = np.arange(specs.num_rows)
     return LoadFrameWindows(str(version_path), context)(columns)
 
 
@@ -113,7 +114,8 @@ def test_ray_train_smoke_and_exact_resume(shared_frames, tmp_path):
     assert result.checkpoint is not None
     with open(straight / "eval.csv") as fh:
         evaluated = list(csv.DictReader(fh))
-    assert evaluated and 0.0 <= float(evaluated[-1]["val_action_acc"]) <= 1.0 and evaluated[-1]["copy_action_acc"]
+    assert evaluated and 0.0 <= float(evaluated[-1]["val_action_acc"]) <= 1.0
+    assert 0.0 <= float(evaluated[-1]["copy_action_acc"]) <= 1.0
     run(WorldModelTrainConfig.tiny(out=str(resumed), steps=4, **cfg))
     run(WorldModelTrainConfig.tiny(out=str(resumed), steps=8, resume=True, **cfg))
     a, b = _losses(straight), _losses(resumed)
@@ -134,13 +136,22 @@ def test_validation_windows_are_held_out_games(shared_frames):
 
 
 def test_run_stream_resumes_where_it_stopped(shared_frames):
+    """The trainer's stream (its recipe's epochs through ``window_stream``), cut at a resume step, is the rest of
+    the uninterrupted stream; each epoch has its own order and phase; held-out games never appear."""
     from shards_schema.reader import open_version
-    from training.melee_windows import run_specs
+    from training.windows import window_stream
+    from training.world_model import WorldModelRecipe
 
     version = open_version(shared_frames)
-    per_epoch = len(window_specs(version, 32, 0))
-    straight = run_specs(version, 32, 0, None, start=0, count=3 * per_epoch)
-    resumed = run_specs(version, 32, 0, None, start=per_epoch + 5, count=2 * per_epoch - 5)
-    assert straight[per_epoch + 5:] == resumed
-    first, second = straight[:per_epoch], straight[per_epoch:2 * per_epoch]
-    assert [s["row_start"] for s in first] != [s["row_start"] for s in second]  # a new order and phase each epoch
+    cfg = WorldModelTrainConfig.tiny(shards=str(shared_frames), out="-", validation_share=0.2)
+    recipe = WorldModelRecipe(cfg, WorldModelRecipe.make_plan(cfg, version))
+    per_epoch = recipe.epoch_windows(version, 0).num_rows
+    straight = window_stream(lambda e: recipe.epoch_windows(version, e), 0, 3 * per_epoch)
+    resumed = window_stream(lambda e: recipe.epoch_windows(version, e), per_epoch + 5, 2 * per_epoch - 5)
+    assert straight.slice(per_epoch + 5).to_pylist() == resumed.to_pylist()
+    first, second = straight.slice(0, per_epoch), straight.slice(per_epoch, per_epoch)
+    assert first.column("row_start").to_pylist() != second.column("row_start").to_pylist()
+    held_out = [r for r in version.index().to_pylist() if r["game_id"] in set(recipe.plan["val_games"])]
+    assert held_out
+    held_rows = {(r["file"], s) for r in held_out for s in range(r["row_start"], r["row_start"] + r["num_rows"])}
+    assert not any((w["file"], w["row_start"]) in held_rows for w in straight.to_pylist())

@@ -73,20 +73,13 @@ def _rotation(pool: list[str], num_teams: int, k: int):
 
 
 def load_policy(path: str, device: str = "cpu"):
-    """(model, context length) from a training checkpoint's ``state.pt``."""
-    import dataclasses
+    """(model, context length) from a training checkpoint (its folder or ``state.pt``, a path or a URI), rebuilt from
+    the checkpoint alone; refused when it reads another observation spec or vocabulary than this code makes."""
+    from training.checkpoints import POKEMON_OBSERVATION, live_identity, read_checkpoint
 
-    from models.pokemon_policy import PokemonPolicy, PolicyConfig
-    from pipelines.pokemon.observation import vocabulary
-    from training.loop import load_state
-
-    state = load_state(path, device)
-    cfg = state["config"]
-    policy_cfg = PolicyConfig.preset(cfg["preset"], len(vocabulary()))
-    policy_cfg = dataclasses.replace(policy_cfg, max_turns=max(policy_cfg.max_turns, cfg["context"]))
-    model = PokemonPolicy(policy_cfg)
-    model.load_state_dict(state["model"])
-    return model.eval().to(device), int(cfg["context"])
+    ckpt = read_checkpoint(path, device, kind="pokemon_policy")
+    ckpt.check_features(live_identity(POKEMON_OBSERVATION))
+    return ckpt.build_model().to(device), int(ckpt.train_config["context"])
 
 
 def make_player_class():

@@ -1,69 +1,15 @@
-"""Pieces every Ray Train entry point shares: RNG state capture, checkpoints that resume exactly, metric writers
-(CSV always, Weights & Biases offline unless the user is logged in), and the local Ray start."""
+"""Pieces every Ray Train entry point shares: a worker's start, where a run's checkpoints and side files go (local
+or an object store), finding the checkpoint to resume from, metric writers (CSV always, Weights & Biases offline
+unless the user is logged in), and the local Ray start. ``training/fit.py`` runs the loop with them;
+``training/checkpoints.py`` says what a checkpoint holds."""
 
 from __future__ import annotations
 
 import csv
 import os
-import tempfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-class UnsafeCheckpointError(ValueError):
-    """A checkpoint holds objects other than tensors and plain values: reading it could run code from the file."""
-
-
-def rng_state() -> dict:
-    """This process's Python, NumPy and torch RNG states as tensors and plain values (what ``load_state`` reads)."""
-    import random
-
-    import numpy as np
-    import torch
-
-    numpy_state = np.random.get_state(legacy=False)  # {'bit_generator', 'state': {'key': uint32[624], 'pos'}, ...}
-    numpy_state["state"] = {"key": numpy_state["state"]["key"].tolist(), "pos": int(numpy_state["state"]["pos"])}
-    return {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
-
-
-def set_rng_state(state: dict) -> None:
-    import random
-
-    import numpy as np
-    import torch
-
-    random.setstate(state["python"])
-    numpy_state = dict(state["numpy"])
-    numpy_state["state"] = {"key": np.asarray(numpy_state["state"]["key"], dtype=np.uint32),
-                            "pos": numpy_state["state"]["pos"]}
-    np.random.set_state(numpy_state)
-    torch.set_rng_state(state["torch"])
-
-
-def load_state(path, device="cpu") -> dict:
-    """A ``state.pt`` read with ``torch.load(weights_only=True)``: tensors, dicts, lists, tuples, numbers and strings
-    only. A pickle may name any callable for the reader to call (``__reduce__``), so a checkpoint handed to
-    ``evaluate.py`` or ``--resume`` could otherwise run code; checkpoints here hold nothing else (configs as
-    ``dataclasses.asdict``, RNG states from ``rng_state``)."""
-    import io
-    import pickle
-
-    import torch
-
-    from shards_schema import storage
-
-    try:  # through storage: a checkpoint on S3 is read by whichever node resumes
-        return torch.load(io.BytesIO(storage.read_bytes(str(path))), map_location=device, weights_only=True)
-    except pickle.UnpicklingError as err:
-        # torch's message is several paragraphs; its "WeightsUnpickler error: Unsupported global: ..." line names
-        # what the file asked for
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-        reason = next((line for line in lines if line.startswith("WeightsUnpickler error")), lines[0] if lines else "")
-        raise UnsafeCheckpointError(
-            f"{path}: refused: it holds objects other than tensors and plain values, and reading them could run "
-            f"code from the file ({reason}). Load only checkpoints written by training/offline_rl.py or "
-            "training/world_model.py.") from err
 
 
 def start_worker(cfg, tag: str):
@@ -91,52 +37,6 @@ def start_worker(cfg, tag: str):
         torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(cfg.seed)
     return rank, world, device, cuda
-
-
-def resume(config: dict, model, optimizer, rank: int, device) -> int:
-    """Load the checkpoint to resume from (``load_checkpoint``) into model, optimizer and this worker's RNGs;
-    the step to continue from (0 for a fresh run)."""
-    import ray.train
-
-    state = load_checkpoint(config, device, ray.train.get_checkpoint())
-    if state is None:
-        return 0
-    getattr(model, "module", model).load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    set_rng_state(state["rng"][rank] if rank < len(state["rng"]) else state["rng"][0])
-    return state["step"]
-
-
-def report_checkpoint(payload: dict, metrics: dict, rank: int, world: int) -> None:
-    """Report metrics with a checkpoint holding ``payload`` plus every worker's RNG state (only rank 0 writes)."""
-    import ray.train
-    import torch
-    import torch.distributed as dist
-
-    rng = [None] * world
-    if world > 1 and dist.is_initialized():
-        dist.all_gather_object(rng, rng_state())
-    else:
-        rng = [rng_state()]
-    with tempfile.TemporaryDirectory() as directory:
-        checkpoint = None
-        if rank == 0:
-            torch.save({**payload, "rng": rng}, Path(directory) / "state.pt")
-            checkpoint = ray.train.Checkpoint.from_directory(directory)
-        ray.train.report(metrics, checkpoint=checkpoint)
-
-
-def load_checkpoint(config: dict, device, checkpoint) -> dict | None:
-    """The state to resume from: ``checkpoint`` (Ray Train's own, when it restarts a run: on its own filesystem,
-    read through it) or ``resume_path`` (``--resume``: a folder or URI), else None."""
-    from shards_schema import storage
-
-    if checkpoint is not None:
-        with checkpoint.as_directory() as directory:
-            return load_state(Path(directory) / "state.pt", device)
-    if config.get("resume_path"):
-        return load_state(storage.join(config["resume_path"], "state.pt"), device)
-    return None
 
 
 def latest_checkpoint(out: str | Path) -> str | None:

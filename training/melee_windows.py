@@ -27,7 +27,7 @@ from models.world_model import (
     STAGES,
 )
 from shards_schema.reader import ShardVersion
-from training.windows import LoadWindows
+from training.windows import LoadWindows, cut_windows
 
 # where each feature lives in a melee_frames row (per player fields relative to p0/p1)
 _PLAYER_PATHS = {
@@ -118,44 +118,20 @@ def featurize(table: pa.Table) -> dict[str, np.ndarray]:
             "ctrl": ctrl}
 
 
-def window_specs(version: ShardVersion, context: int, seed: int, games: list[str] | None = None,
-                 phase: int = 0) -> list[dict]:
-    """(file, first row, frames, stage) of every window of ``context`` + 1 frames, in a seeded shuffled order.
+def window_specs(version: ShardVersion, context: int, seed: int, *, games: list[str] | None = None,
+                 exclude: list[str] | None = None, phase: int = 0) -> pa.Table:
+    """The windows of ``context`` + 1 frames (``file``, ``row_start``, ``num_rows``, ``stage``) of every game, one
+    every ``context`` frames, shuffled with ``seed`` (``training/windows.cut_windows``).
 
-    ``games``: only these game ids (a train/validation split); ``phase``: frames skipped at each game's start
-    before the first window (epochs use different phases so windows do not always start at the same frames)."""
-    specs = []
-    index = version.index().select(["game_id", "file", "row_start", "num_rows", "stage"]).to_pylist()
-    keep = set(games) if games is not None else None
-    for row in index:
-        if keep is not None and row["game_id"] not in keep:
-            continue
-        first = phase if row["num_rows"] > phase + 1 else 0
-        for offset in range(first, max(first + 1, row["num_rows"] - 1), context):
-            specs.append({"file": row["file"], "row_start": row["row_start"] + offset,
-                          "num_rows": min(context + 1, row["num_rows"] - offset), "stage": int(row["stage"])})
-    random.Random(seed).shuffle(specs)
-    return [{**spec, "window": i} for i, spec in enumerate(specs)]
-
-
-def run_specs(version: ShardVersion, context: int, seed: int, games: list[str] | None, start: int,
-              count: int) -> list[dict]:
-    """Windows ``start .. start+count`` of a training run's stream: epoch after epoch, each shuffled with its own
-    seed and cut at its own phase (epoch 0 at phase 0). A pure function of its arguments: a run resumed at step s
-    asks for ``start = s × batch`` and reads exactly what the uninterrupted run would have read."""
-    out: list[dict] = []
-    epoch, position = 0, 0
-    while len(out) < count:
-        phase = 0 if epoch == 0 else random.Random(f"{seed}:{epoch}").randrange(context)
-        specs = window_specs(version, context, seed + epoch, games, phase)
-        if not specs:
-            raise ValueError("no windows to train on")
-        if position + len(specs) > start:
-            lo = max(0, start - position)
-            out.extend(specs[lo:lo + count - len(out)])
-        position += len(specs)
-        epoch += 1
-    return [{**spec, "window": start + i} for i, spec in enumerate(out)]
+    ``games``: only these game ids; ``exclude``: all but these (a train/validation split); ``phase``: frames
+    skipped at each game's start before the first window (epochs use different phases so windows do not always
+    start at the same frames)."""
+    index = version.index().select(["game_id", "file", "row_start", "num_rows", "stage"])
+    if games is not None:
+        index = index.filter(pc.is_in(index.column("game_id"), pa.array(games, pa.string())))
+    if exclude:
+        index = index.filter(pc.invert(pc.is_in(index.column("game_id"), pa.array(exclude, pa.string()))))
+    return cut_windows(index.drop_columns(["game_id"]), context + 1, context, seed, phase)
 
 
 def split_games(version: ShardVersion, validation_share: float, seed: int) -> tuple[list[str], list[str]]:
@@ -184,14 +160,6 @@ class LoadFrameWindows(LoadWindows):
         stage = np.minimum(batch["stage"].astype(np.int64), STAGES - 1)  # (n,): one stage per game
         out["stage"] = np.repeat(stage[:, None], self.window_length, axis=1)  # (n, K+1)
         return out
-
-
-def windows_dataset(specs: list[dict]):
-    """The Ray Dataset of window specs in their order (order is preserved when read); ``window_batches`` with a
-    ``LoadFrameWindows`` turns it into arrays in each training worker."""
-    import ray.data
-
-    return ray.data.from_items(specs, override_num_blocks=max(1, min(len(specs) // 1024, 1000)))
 
 
 assert PROJECTILE_SLOTS == sum(1 for name, _ in CAT_FIELDS if name.endswith(".owner"))

@@ -1,9 +1,12 @@
-"""Trajectories of a ``pokemon_turns`` shard version cut into fixed context windows for training, on Ray Data.
+"""Shard rows cut into training windows, one scheme for every trainer: ``cut_windows`` lists the windows of an
+epoch from a version's index alone (a trajectory or game per index row), shuffled with a seed; ``window_stream``
+lays epochs back to back and cuts the run's stream at its resume step on the driver; ``window_batches`` turns the
+stream into padded arrays in each training worker with a loader (``LoadWindows`` here for ``pokemon_turns``,
+``training/melee_windows.LoadFrameWindows`` for frames). The order of batches is a pure function of (shard
+version, window length, seed, batch size): what makes resuming exact.
 
-Each trajectory is cut into consecutive windows of ``context`` turns; the last one is right-padded, and padded steps
-carry ``valid = False`` so they never reach a loss (the model also masks them out of attention). The window list is
-built from the index alone and shuffled once with the seed, so the order of batches is a pure function of
-(shard version, context, seed): what makes resuming exact.
+Windows at a trajectory's end are right-padded, and padded steps carry ``valid = False``: they never reach a loss,
+and since padding only follows valid steps, causal attention never lets a valid step see one.
 
 Ray Data streams the window specs (file, first row, length: a few bytes each) into every training worker, which
 gathers the padded arrays itself from the shards' decoded columns (``window_batches``). Shipping the padded arrays
@@ -14,11 +17,11 @@ second on 2 cores, under 5× what the tiny model trains on; the specs stream wit
 
 from __future__ import annotations
 
-import random
 from collections import OrderedDict
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from shards_schema.pokemon import NUM_ACTIONS, NUM_MOVES, NUM_SWITCHES, OBS_NUMERIC, OBS_WORDS
 from shards_schema.reader import ShardVersion, open_version
@@ -26,17 +29,74 @@ from shards_schema.reader import ShardVersion, open_version
 COLUMNS = ["obs_tokens", "obs_numeric", "legal_mask", "action", "reward", "done"]
 
 
-def window_specs(version: ShardVersion, context: int, seed: int, sides: list[str] | None = None) -> list[dict]:
-    """(file, first row, length) of every window, in a seeded shuffled order (only the given player sides)."""
-    specs = []
-    for row in version.index().select(["file", "row_start", "num_rows", "player_side"]).to_pylist():
-        if sides and row["player_side"] not in sides:
-            continue
-        for offset in range(0, row["num_rows"], context):
-            specs.append({"file": row["file"], "row_start": row["row_start"] + offset,
-                          "num_rows": min(context, row["num_rows"] - offset)})
-    random.Random(seed).shuffle(specs)
-    return [{**spec, "window": i} for i, spec in enumerate(specs)]
+def cut_windows(index: pa.Table, length: int, stride: int, seed: int, phase: int = 0) -> pa.Table:
+    """Windows of up to ``length`` rows, one every ``stride`` rows of each trajectory (or game) of ``index``
+    (columns ``file``, ``row_start``, ``num_rows``, plus any others, which each window keeps), in an order shuffled
+    with ``seed``: columns ``file``, ``row_start``, ``num_rows`` (rows in the window, less than ``length`` at a
+    trajectory's end, where the loader pads) and the extra columns.
+
+    With ``length = stride`` (the policy) the windows tile each trajectory. With ``length = stride + 1`` (the world
+    model: K inputs and their K next-frame targets) consecutive windows share a frame, and a trajectory yields windows
+    up to its second-to-last frame. ``phase`` rows are skipped at each start where the trajectory is longer than
+    ``phase + length - stride`` (epochs after the first start elsewhere in each game)."""
+    index = index.filter(pc.greater(index.column("num_rows"), 0))
+    num_rows = index.column("num_rows").to_numpy().astype(np.int64)
+    overlap = length - stride
+    first = np.where(num_rows > phase + overlap, phase, 0)
+    end = np.maximum(first + 1, num_rows - overlap)
+    counts = (end - first + stride - 1) // stride  # windows per trajectory
+    owner = np.repeat(np.arange(len(num_rows)), counts)  # (W,): the trajectory of each window
+    k = np.arange(len(owner)) - np.repeat(np.cumsum(counts) - counts, counts)  # (W,): position inside it
+    offset = first[owner] + k * stride
+    order = np.random.default_rng(seed).permutation(len(owner))
+    owner, offset = owner[order], offset[order]
+    row_start = index.column("row_start").to_numpy().astype(np.int64)[owner] + offset
+    columns = {"file": index.column("file").take(owner), "row_start": row_start,
+               "num_rows": np.minimum(length, num_rows[owner] - offset)}
+    for name in index.column_names:
+        if name not in columns:
+            columns[name] = index.column(name).take(owner)
+    return pa.table(columns)
+
+
+def window_stream(epoch_windows, start: int, count: int, block_rows: int = 65536) -> pa.Table:
+    """Windows ``start .. start + count`` of a training run's stream: the epochs' windows back to back, epoch
+    ``e`` given by ``epoch_windows(e)`` (a ``cut_windows`` table); a ``window`` column numbers them from the stream's
+    start. A pure function of its arguments, so a run resumed at step s asks for ``start = s × batch_size`` and
+    reads exactly what the uninterrupted run would have read, without reading the batches before it."""
+    parts, position, epoch, taken = [], 0, 0, 0
+    while taken < count:
+        windows = epoch_windows(epoch)
+        if windows.num_rows == 0:
+            raise ValueError("no windows to train on: the shards hold no trajectories of the requested kind")
+        if position + windows.num_rows > start:
+            lo = max(0, start - position)
+            part = windows.slice(lo, count - taken)
+            parts.append(part)
+            taken += part.num_rows
+        position += windows.num_rows
+        epoch += 1
+    if not parts:
+        return pa.table({"window": pa.array([], pa.int64())})
+    table = pa.concat_tables(parts).combine_chunks()
+    return table.append_column("window", pa.array(np.arange(start, start + count, dtype=np.int64)))
+
+
+def stream_dataset(windows: pa.Table, block_rows: int = 65536):
+    """The Ray Dataset of a window stream, in order (order is preserved when read: the trainer sets
+    ``preserve_order``); ``window_batches`` turns it into arrays in each training worker."""
+    import ray.data
+
+    blocks = [windows.slice(i, block_rows) for i in range(0, max(windows.num_rows, 1), block_rows)]
+    return ray.data.from_arrow(blocks)
+
+
+def window_specs(version: ShardVersion, context: int, seed: int, sides: list[str] | None = None) -> pa.Table:
+    """The windows of ``context`` turns of every trajectory (only the given player sides), shuffled with ``seed``."""
+    index = version.index().select(["file", "row_start", "num_rows", "player_side"])
+    if sides:
+        index = index.filter(pc.is_in(index.column("player_side"), pa.array(sides)))
+    return cut_windows(index.drop_columns(["player_side"]), context, context, seed)
 
 
 def _fold(mask13: np.ndarray) -> np.ndarray:
@@ -109,8 +169,10 @@ class LoadWindows:
     touches; a Python loop with Arrow calls per window (one shard cached) was
     the loader's cost before (benchmarks/policy_loader_vs_trainer.py)."""
 
-    def __init__(self, version_path: str, context: int, max_cached_bytes: int = 4 << 30):
+    def __init__(self, version_path: str, context: int, max_cached_bytes: int = 4 << 30,
+                 vocab_size: int | None = None):
         self.version = open_version(version_path, check_sha256=False)  # verified once by the driver
+        self.vocab_size = vocab_size  # token ids are checked against it once per decoded shard
         self.context = context
         self.window_length = context  # rows per window (subclasses that also need the next row's targets add one)
         self.max_cached_bytes = max_cached_bytes
@@ -134,8 +196,13 @@ class LoadWindows:
         return arrays
 
     def _decode(self, file: str) -> dict[str, np.ndarray]:
+        arrays = decode_shard(self.version.read_table(file, COLUMNS))
+        if self.vocab_size is not None:
+            # here rather than in the model's forward pass, where the check would wait on the device every step
+            from models.pokemon_policy import check_inputs
 
-        return decode_shard(self.version.read_table(file, COLUMNS))
+            check_inputs(arrays["tokens"], self.vocab_size)
+        return arrays
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         files = batch["file"].astype(str)
@@ -150,27 +217,6 @@ class LoadWindows:
                 out[key][where] = value
         out["window"] = batch["window"].astype(np.int64)
         return out
-
-
-def windows_dataset(version_path: str, context: int, seed: int, sides: list[str] | None = None, *,
-                    batch_size: int = 1, min_batches: int = 0):
-    """The Ray Dataset of window specs in the seeded order (order is preserved when read), and windows per epoch.
-
-    With ``min_batches`` the one dataset holds as many epochs back to back as give that many ``batch_size``
-    batches, each epoch the whole batches of the same seeded order: the batches of re-reading a one-epoch dataset
-    with ``drop_last``, without starting the stream again every epoch. ``window_batches`` turns it into arrays."""
-    import ray.data
-
-    version = open_version(version_path)
-    specs = window_specs(version, context, seed, sides)
-    num_windows = len(specs)
-    if num_windows < batch_size:
-        raise ValueError(f"{version_path} has {num_windows} windows of {context} turns, fewer than one batch")
-    batches_per_epoch = num_windows // batch_size
-    epochs = max(1, -(-min_batches // batches_per_epoch))
-    if epochs > 1:
-        specs = specs[:batches_per_epoch * batch_size] * epochs
-    return ray.data.from_items(specs, override_num_blocks=max(1, min(len(specs) // 1024, 1000))), num_windows
 
 
 def window_batches(specs, loader, batch_size: int, *, first_batch: int = 0, rows: slice | None = None):

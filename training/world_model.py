@@ -7,15 +7,15 @@ Windows of K+1 frames come through the games index (``training/melee_windows.py`
 share of steps uses scheduled sampling (inputs after the first frame are the model's own predictions of them, so it
 learns to live with its errors in rollout). Validation on held-out games reports next-frame action accuracy, accuracy
 where the action changes, per-category accuracy and position MAE, each beside the copy-last-frame baseline's.
-Checkpoints hold model, optimizer, step, RNG states and the resolved config; resuming gives the same next batches and
-losses. Metrics go to ``OUT/metrics.csv`` and Weights & Biases (offline unless logged in).
+The loop, resume and checkpoints are ``training/fit.py``'s (self-describing: ``training/checkpoints.py``, with the
+Melee feature spec's version); this file holds the world model's windows, batch, losses and validation. Metrics go to
+``OUT/metrics.csv`` and Weights & Biases (offline unless logged in).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,71 +23,48 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from training.fit import Recipe, TrainerConfig, fit  # noqa: E402  (after the path set-up above)
+
 
 @dataclass(frozen=True, kw_only=True)
-class WorldModelTrainConfig:
-    """Configuration of world-model training.
+class WorldModelTrainConfig(TrainerConfig):
+    """Configuration of world-model training (the shared fields are ``training/fit.TrainerConfig``'s).
 
     Attributes:
-        shards: the melee_frames shard version folder (a local path or a URI).
-        out: run folder (checkpoints, metrics.csv, wandb); a URI puts the checkpoints on that store and keeps
-            metrics.csv and wandb on rank 0's disk under ``runs/<bucket>/<key>`` (``training/loop.local_run_folder``).
         preset: model size: tiny or base (~15M).
         backbone: mamba2 or mlp (the baseline).
-        context: frames per training window (K; each window holds K+1 frames).
-        batch_size: windows per optimizer step (summed over workers).
-        steps: optimizer steps.
-        lr: learning rate (AdamW).
-        weight_decay: AdamW weight decay.
         scheduled_sampling: share of steps whose inputs (after the first frame) are the model's own predictions.
         validation_share: share of games held out for validation.
         eval_every: steps between validations (and at the end).
         max_eval_windows: validation windows used (the first ones of the held-out games, in order).
-        checkpoint_every: steps between checkpoints.
-        log_every: steps between metric lines.
-        seed: seed of model initialization, window order, split and scheduled sampling.
-        num_workers: Ray Train workers.
-        cpus_per_worker: CPUs each worker reserves (fractional on small machines).
-        use_gpu: train on GPU workers (bf16 autocast, fused Mamba-2 scan when mamba_ssm is installed).
-        torch_threads: intra-op threads per worker (0: Ray's default).
-        wandb_mode: auto (online when logged in, else offline), online, offline or disabled.
-        resume: continue from the latest checkpoint in --out.
+        require_fused: fail at the start unless mamba_ssm's fused Mamba-2 scan runs (CUDA workers with mamba-ssm
+            installed: ``make setup-gpu``) instead of falling back to the PyTorch scan with a warning.
     """
 
-    shards: str
-    out: str
-    preset: str = "base"
-    backbone: str = "mamba2"
     context: int = 64
     batch_size: int = 16
     steps: int = 2000
     lr: float = 1e-3
-    weight_decay: float = 0.01
+    checkpoint_every: int = 500
+    log_every: int = 50
+    preset: str = "base"
+    backbone: str = "mamba2"
     scheduled_sampling: float = 0.25
     validation_share: float = 0.1
     eval_every: int = 500
     max_eval_windows: int = 512
-    checkpoint_every: int = 500
-    log_every: int = 50
-    seed: int = 0
-    num_workers: int = 1
-    cpus_per_worker: float = 0.5
-    use_gpu: bool = False
-    torch_threads: int = 0
-    wandb_mode: str = "auto"
-    resume: bool = False
+    require_fused: bool = False
 
     def __post_init__(self):
+        super().__post_init__()
         if self.backbone not in ("mamba2", "mlp"):
             raise ValueError("--backbone must be mamba2 or mlp")
+        if self.require_fused and self.backbone != "mamba2":
+            raise ValueError("--require-fused applies to the mamba2 backbone only")
         if not 0.0 <= self.scheduled_sampling <= 1.0:
             raise ValueError("--scheduled-sampling is a share in [0, 1]")
         if not 0.0 <= self.validation_share < 1.0:
             raise ValueError("--validation-share is a share in [0, 1)")
-        if self.batch_size % self.num_workers:
-            raise ValueError("--batch-size must be a multiple of --num-workers")
-        if self.wandb_mode not in ("auto", "online", "offline", "disabled"):
-            raise ValueError("--wandb-mode must be auto, online, offline or disabled")
 
     @classmethod
     def tiny(cls, *, shards: str, out: str, **overrides) -> WorldModelTrainConfig:
@@ -95,12 +72,6 @@ class WorldModelTrainConfig:
                   "max_eval_windows": 32, "checkpoint_every": 4, "log_every": 2, "wandb_mode": "disabled",
                   **overrides}
         return cls(shards=shards, out=out, **fields)
-
-
-def model_config(cfg: WorldModelTrainConfig, cuda: bool = False):
-    from models.world_model import WorldModelConfig
-
-    return WorldModelConfig.preset(cfg.preset, backbone=cfg.backbone, use_fused=cuda)
 
 
 def scheduled_inputs(model, current, ctrl, stage):
@@ -164,156 +135,107 @@ def validation_windows(version_path: str, context: int, games: list[str], limit:
     from shards_schema.reader import open_version
     from training.melee_windows import LoadFrameWindows, window_specs
 
-    specs = sorted(window_specs(open_version(version_path, check_sha256=False), context, 0, games),
-                   key=lambda s: (s["file"], s["row_start"]))[:limit]
-    if not specs:
+    specs = window_specs(open_version(version_path, check_sha256=False), context, 0, games=games)
+    specs = specs.sort_by([("file", "ascending"), ("row_start", "ascending")]).slice(0, limit)
+    if not specs.num_rows:
         return {}
-    columns = {k: np.array([s[k] for s in specs]) for k in specs[0]}
+    columns = {name: specs.column(name).to_numpy() for name in specs.column_names}
+    columns["window"] = np.arange(specs.num_rows)
     return LoadFrameWindows(version_path, context)(columns)
 
 
-def train_loop_per_worker(config: dict) -> None:
-    """Runs on every Ray Train worker: rebuilds the typed config, then trains."""
-    import ray.train
-    import ray.train.torch
+def scheduled_step(seed: int, step: int, share: float) -> bool:
+    """Whether ``step`` uses scheduled sampling: seeded per step, not drawn from the global RNG, so a resumed run
+    samples the same steps."""
     import torch
 
-    from models.world_model import WorldModel
-    from training.loop import MetricsWriter, report_checkpoint, resume, start_worker
-    from training.melee_windows import LoadFrameWindows
-    from training.windows import window_batches
+    return bool(torch.rand((), generator=torch.Generator().manual_seed(seed * 1_000_003 + step)) < share)
 
-    cfg = WorldModelTrainConfig(**config["cfg"])
-    rank, world, device, cuda = start_worker(cfg, "world-model")
-    model = WorldModel(model_config(cfg, cuda))
-    if rank == 0:
-        print(f"[world-model] {cfg.preset} {cfg.backbone}: {model.num_parameters():,} parameters")
-    model = ray.train.torch.prepare_model(model)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    step = resume(config, model, optimizer, rank, device)  # Ray's own checkpoint after a restart, or --resume's
-    val = validation_windows(config["shards"], cfg.context, config["val_games"], cfg.max_eval_windows) \
-        if rank == 0 else {}
-    shard = ray.train.get_dataset_shard("train")
-    per_worker = cfg.batch_size // world
-    writer = MetricsWriter(Path(config["run_folder"]), dataclasses.asdict(cfg), cfg.wandb_mode, "world-model") \
-        if rank == 0 else None
-    start, frames = time.monotonic(), 0
-    # The stream holds the window specs of steps first_step+1 .. steps in order (run() cuts it from the resume
-    # point); every worker reads the same stream and gathers its slice of each global batch itself.
-    skip = step - config["first_step"]  # > 0 only when Ray restarted the run from a later checkpoint
-    for batch in window_batches(shard, LoadFrameWindows(config["shards"], cfg.context), cfg.batch_size,
-                                first_batch=skip, rows=slice(rank * per_worker, (rank + 1) * per_worker)):
-        if step >= cfg.steps:
-            break
-        local = {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in batch.items() if k != "window"}
-        # seeded per step, not drawn from the global RNG: the same steps are sampled after a resume
-        sampled = bool(torch.rand((), generator=torch.Generator().manual_seed(cfg.seed * 1_000_003 + step))
-                       < cfg.scheduled_sampling)
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=cuda):
-            parts = train_step(model, local, sampled)
-        optimizer.zero_grad(set_to_none=True)
-        parts["total"].backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        step += 1
-        frames += int(local["valid"][:, 1:].sum()) * world
-        metrics = {"step": step, **{f"loss_{k}": float(v) for k, v in parts.items()},
-                   "scheduled": int(sampled), "frames_per_s": frames / (time.monotonic() - start)}
-        save = step % cfg.checkpoint_every == 0 or step == cfg.steps
-        if writer and (step % cfg.log_every == 0 or save):
-            writer.write(metrics)
-        if writer and val and (step % cfg.eval_every == 0 or step == cfg.steps):
-            writer.write({"step": step, **evaluate(getattr(model, "module", model), val, device)}, "eval")
-        if save:
-            payload = {"model": getattr(model, "module", model).state_dict(), "optimizer": optimizer.state_dict(),
-                       "step": step, "config": dataclasses.asdict(cfg),
-                       "model_config": dataclasses.asdict(model_config(cfg))}
-            report_checkpoint(payload, metrics, rank, world)
-    if writer:
-        writer.close()
+
+class WorldModelRecipe(Recipe):
+    """The Melee world model on ``training/fit.py``: windows of K+1 frames of the training games, scheduled
+    sampling, validation on held-out games."""
+
+    config_class = WorldModelTrainConfig
+    kind = "world_model"
+    tag = "world-model"
+    sample_unit = "frames"
+    stream_fields = ("validation_share",)
+    runtime_fields = ("use_fused", "require_fused")
+
+    def __init__(self, cfg: WorldModelTrainConfig, plan: dict):
+        super().__init__(cfg, plan)
+        self._index = None
+        self._val = None
+
+    @classmethod
+    def make_plan(cls, cfg: WorldModelTrainConfig, version) -> dict:
+        from training.melee_windows import split_games
+
+        train_games, val_games = split_games(version, cfg.validation_share, cfg.seed)
+        print(f"[world-model] {len(train_games)} training games, {len(val_games)} held out")
+        return {"val_games": val_games}
+
+    def model_config(self):
+        from models.world_model import WorldModelConfig
+
+        return WorldModelConfig.preset(self.cfg.preset, backbone=self.cfg.backbone)
+
+    def on_device(self, model_config, cuda: bool):
+        # require_fused asks for the fused scan on any device: on a CPU worker that is the error it should be
+        return dataclasses.replace(model_config, use_fused=cuda or self.cfg.require_fused,
+                                   require_fused=self.cfg.require_fused)
+
+    def epoch_windows(self, version, epoch: int):
+        import random
+
+        from training.melee_windows import window_specs
+
+        phase = 0 if epoch == 0 else random.Random(f"{self.cfg.seed}:{epoch}").randrange(self.cfg.context)
+        return window_specs(version, self.cfg.context, self.cfg.seed + epoch, exclude=self.plan["val_games"],
+                            phase=phase)
+
+    def loader(self):
+        from training.melee_windows import LoadFrameWindows
+
+        return LoadFrameWindows(self.cfg.shards, self.cfg.context)
+
+    def samples(self, batch: dict) -> int:
+        return int(batch["valid"][:, 1:].sum())  # next-frame targets
+
+    def loss(self, model, batch: dict, step: int):
+        sampled = scheduled_step(self.cfg.seed, step, self.cfg.scheduled_sampling)
+        parts = train_step(model, batch, sampled)
+        return parts["total"], {**{f"loss_{k}": v for k, v in parts.items()}, "scheduled": int(sampled)}
+
+    def evaluate(self, model, device, step: int) -> dict | None:
+        if not (step % self.cfg.eval_every == 0 or step == self.cfg.steps):
+            return None
+        if self._val is None:
+            self._val = validation_windows(self.cfg.shards, self.cfg.context, self.plan["val_games"],
+                                           self.cfg.max_eval_windows)
+        return evaluate(model, self._val, device) if self._val else None
 
 
 def run(cfg: WorldModelTrainConfig):
-    from shards_schema import storage
-    from training.loop import (
-        check_workers_reach,
-        init_local_ray,
-        latest_checkpoint,
-        local_run_folder,
-        run_storage,
-    )
-
-    init_local_ray()  # before the first `import ray`: a local instance then binds 127.0.0.1 only
-    import ray
-    import ray.train
-    from ray.train.torch import TorchTrainer
-
-    from shards_schema.reader import open_version
-    from training.melee_windows import run_specs, split_games, window_specs, windows_dataset
-
-    ray.data.DataContext.get_current().execution_options.preserve_order = True
-    shards = storage.normalize(cfg.shards)
-    cfg = dataclasses.replace(cfg, shards=shards, out=storage.normalize(cfg.out))  # workers run elsewhere
-    version = open_version(shards)
-    train_games, val_games = split_games(version, cfg.validation_share, cfg.seed)
-    check_workers_reach(shards, cfg.out)
-    latest = latest_checkpoint(cfg.out) if cfg.resume else None
-    if cfg.resume and latest is None:
-        raise FileNotFoundError(f"--resume: no checkpoint under {storage.join(cfg.out, 'ray')}")
-    first_step = _checkpoint_step(latest) if latest else 0
-    if first_step >= cfg.steps:
-        raise ValueError(f"--resume: the checkpoint is at step {first_step}, --steps is {cfg.steps}: nothing to do")
-    specs = run_specs(version, cfg.context, cfg.seed, train_games, start=first_step * cfg.batch_size,
-                      count=(cfg.steps - first_step) * cfg.batch_size)
-    dataset = windows_dataset(specs)
-    num_windows = len(window_specs(version, cfg.context, cfg.seed, train_games))
-    print(f"[world-model] {len(train_games)} training games ({num_windows} windows an epoch), {len(val_games)} "
-          f"held out; steps {first_step + 1}..{cfg.steps}")
-    trainer = TorchTrainer(
-        train_loop_per_worker,
-        train_loop_config={"cfg": dataclasses.asdict(cfg), "shards": shards, "first_step": first_step,
-                           "val_games": val_games, "resume_path": latest,
-                           "run_folder": str(local_run_folder(cfg.out))},
-        scaling_config=ray.train.ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
-                                               resources_per_worker={"CPU": cfg.cpus_per_worker}),
-        run_config=ray.train.RunConfig(name=f"world-model-{time.strftime('%Y%m%d-%H%M%S')}",
-                                       **run_storage(cfg.out),
-                                       checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2)),
-        datasets={"train": dataset},
-        dataset_config=ray.train.DataConfig(datasets_to_split=[]),
-    )
-    return trainer.fit()
-
-
-def _checkpoint_step(checkpoint_dir: str) -> int:
-    from shards_schema import storage
-    from training.loop import load_state
-
-    return int(load_state(storage.join(checkpoint_dir, "state.pt"))["step"])
+    """Train on Ray Train (``training/fit.fit``); Ray Train's ``Result``."""
+    return fit(cfg, WorldModelRecipe)
 
 
 def load_model(checkpoint: str | Path, device: str = "cpu"):
-    """A trained WorldModel from a ``state.pt``, a local path or a URI (architecture from the checkpoint)."""
-    from models.world_model import WorldModel, WorldModelConfig
-    from training.loop import load_state
+    """A trained WorldModel from a checkpoint folder or its ``state.pt`` (a local path or a URI), rebuilt from the
+    checkpoint alone; refused when its feature spec is not this code's (``pipelines/melee/features.py``)."""
+    from training.checkpoints import MELEE_FEATURES, live_identity, read_checkpoint
 
-    state = load_state(checkpoint, device)
-    model = WorldModel(WorldModelConfig(**{**state["model_config"], "use_fused": False}))
-    model.load_state_dict(state["model"])
-    return model.eval()
+    ckpt = read_checkpoint(checkpoint, device, kind="world_model")
+    ckpt.check_features(live_identity(MELEE_FEATURES))
+    return ckpt.build_model(use_fused=False, require_fused=False)
 
 
 def main(argv: list[str] | None = None) -> None:
-    from pipelines.cli import parse_config
+    from training.fit import main as fit_main
 
-    cfg = parse_config(WorldModelTrainConfig, argv)
-    result = run(cfg)
-    print(f"[world-model] done: {result.metrics}")
-    if result.checkpoint:  # the folder to pass to evaluate.py / world_model_play.py (a URI on a store)
-        from shards_schema import storage
-        from training.loop import checkpoint_uri
-
-        print(checkpoint_uri(result.checkpoint, storage.normalize(cfg.out)))
+    fit_main(WorldModelTrainConfig, WorldModelRecipe, argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,307 @@
+"""Checkpoints that describe themselves: what model they hold, how it was trained, where training stood, and what
+data it was trained on.
+
+A checkpoint is one ``state.pt`` of tensors and plain values (read with ``torch.load(weights_only=True)``)::
+
+    format         CHECKPOINT_FORMAT
+    kind           which model family: a key of MODEL_KINDS ("pokemon_policy", "world_model")
+    model_config   the model's config dataclass as a dict: the model is rebuilt from it alone
+    train_config   the trainer's resolved config as a dict
+    step           optimizer steps taken
+    model          state_dict
+    optimizer      optimizer state_dict (resume)
+    rng            every worker's Python/NumPy/torch RNG states (resume)
+    data           DataIdentity as a dict: the shard version, its schema/parser versions, the observation or feature
+                   spec the model reads and the vocabulary's sha256
+    code           the git commit of the code that wrote it
+
+Loading rebuilds the model from ``kind`` and ``model_config``; evaluation, play, fine-tuning and resume compare
+``data`` with what they are about to feed the model and refuse a different feature spec (``check_features``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import pickle
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+
+CHECKPOINT_FORMAT = 2
+"""1: the trainers' first checkpoints (no kind, no data identity; the policy's architecture was not stored)."""
+
+POKEMON_OBSERVATION = "pokemon_observation"
+MELEE_FEATURES = "melee_features"
+
+
+class UnsafeCheckpointError(ValueError):
+    """A checkpoint holds objects other than tensors and plain values: reading it could run code from the file."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used here: an older format, another model family, or data it was not trained
+    for."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataIdentity:
+    """What a model was trained on, or what it is about to be fed.
+
+    Attributes:
+        dataset: the shard dataset (``pokemon_turns``, ``melee_frames``); ``live`` for observations made by this code
+            during play (no shards).
+        version: the shard version name (empty for live data).
+        schema_version: the shards' row schema version (empty for live data).
+        parser_version: the parser version that wrote the shards (empty for live data).
+        features: the spec the model reads: ``pokemon_observation`` (the word/number observation stored in the
+            shards) or ``melee_features`` (derived from stored frames by ``pipelines/melee/features.py``).
+        features_version: that spec's version (the shards' observation version; the code's MELEE_FEATURES).
+        vocabulary_sha256: sha256 of the observation vocabulary file the token ids index (empty without one).
+    """
+
+    dataset: str
+    version: str
+    schema_version: str
+    parser_version: str
+    features: str
+    features_version: str
+    vocabulary_sha256: str = ""
+
+
+def vocabulary_sha256(observation_version: str) -> str:
+    """The sha256 of the committed vocabulary of a Pokémon observation version (token ids are its line numbers)."""
+    from pipelines.pokemon.observation import VOCAB_DIR
+
+    path = VOCAB_DIR / f"obs-{observation_version}.txt"
+    if not path.exists():
+        raise CheckpointError(f"no vocabulary for observation version {observation_version} ({path}): this code "
+                              "cannot read that observation; upgrade replayforge (`git pull && make setup`)")
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def shard_identity(version) -> DataIdentity:
+    """The identity of a shard version (a ``ShardVersion``) as a model trained on it reads it."""
+    from shards_schema.versions import MELEE_FEATURES as MELEE_FEATURES_VERSION
+
+    m = version.manifest
+    if m.schema_name == "pokemon_turns":
+        features, features_version = POKEMON_OBSERVATION, m.observation_version
+        vocab = vocabulary_sha256(m.observation_version)
+    elif m.schema_name == "melee_frames":
+        features, features_version, vocab = MELEE_FEATURES, MELEE_FEATURES_VERSION, ""
+    else:
+        raise CheckpointError(f"{m.dataset}/{m.version}: no model reads schema {m.schema_name!r}")
+    return DataIdentity(dataset=m.dataset, version=m.version, schema_version=m.schema_version,
+                        parser_version=m.parser_version, features=features, features_version=features_version,
+                        vocabulary_sha256=vocab)
+
+
+def live_identity(features: str) -> DataIdentity:
+    """What this code feeds a model outside the shards: Pokémon observations made during battles
+    (``pipelines/pokemon/observation.py``), Melee features of frames (``pipelines/melee/features.py``)."""
+    from shards_schema.versions import MELEE_FEATURES as MELEE_FEATURES_VERSION
+    from shards_schema.versions import POKEMON_TURNS
+
+    if features == POKEMON_OBSERVATION:
+        return DataIdentity(dataset="live", version="", schema_version="", parser_version="", features=features,
+                            features_version=POKEMON_TURNS.observation,
+                            vocabulary_sha256=vocabulary_sha256(POKEMON_TURNS.observation))
+    if features == MELEE_FEATURES:
+        return DataIdentity(dataset="live", version="", schema_version="", parser_version="", features=features,
+                            features_version=MELEE_FEATURES_VERSION)
+    raise CheckpointError(f"unknown feature spec {features!r}")
+
+
+def check_features(trained: DataIdentity, given: DataIdentity, *, what: str) -> None:
+    """Refuse to feed a model data of another spec than it was trained on: another feature spec, another major
+    version of it, or another vocabulary. ``what`` names the checkpoint in the message."""
+    from shards_schema.manifest import major
+
+    source = f"{given.dataset}/{given.version}" if given.version else "this code"
+    if trained.features != given.features:
+        raise CheckpointError(f"{what} reads {trained.features}, but {source} gives {given.features}: "
+                              "use a checkpoint trained on this kind of data")
+    if major(trained.features_version) != major(given.features_version):
+        fix = ("re-derive the observations with `python pipelines/refeaturize.py` or train on shards of version "
+               f"{given.features_version}" if trained.features == POKEMON_OBSERVATION
+               else "train a model with this code (the feature layout changed)")
+        raise CheckpointError(f"{what} was trained on {trained.features} {trained.features_version}, but {source} "
+                              f"gives {given.features} {given.features_version}: {fix}")
+    if trained.vocabulary_sha256 and given.vocabulary_sha256 and \
+            trained.vocabulary_sha256 != given.vocabulary_sha256:
+        raise CheckpointError(f"{what} was trained with observation vocabulary sha256 "
+                              f"{trained.vocabulary_sha256[:12]}…, {source} uses {given.vocabulary_sha256[:12]}… "
+                              f"under the same version {given.features_version}: the vocabulary file changed in "
+                              "place; restore it or bump the observation version and re-featurize")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelKind:
+    """A model family a checkpoint can hold: where its config dataclass and module live."""
+
+    config: str
+    module: str
+    features: str
+
+    def classes(self):
+        import importlib
+
+        config_module, _, config_name = self.config.rpartition(".")
+        model_module, _, model_name = self.module.rpartition(".")
+        return (getattr(importlib.import_module(config_module), config_name),
+                getattr(importlib.import_module(model_module), model_name))
+
+
+MODEL_KINDS = {
+    "pokemon_policy": ModelKind(config="models.pokemon_policy.PolicyConfig",
+                                module="models.pokemon_policy.PokemonPolicy", features=POKEMON_OBSERVATION),
+    "world_model": ModelKind(config="models.world_model.WorldModelConfig", module="models.world_model.WorldModel",
+                             features=MELEE_FEATURES),
+}
+
+
+def config_from_dict(cls, values: dict):
+    """A config dataclass from ``dataclasses.asdict`` output (torch saves tuples as lists: they come back as
+    tuples where the field is declared a tuple)."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in values:
+            continue
+        value = values[f.name]
+        if typing.get_origin(hints[f.name]) is tuple and isinstance(value, list):
+            value = tuple(value)
+        out[f.name] = value
+    unknown = sorted(set(values) - set(out))
+    if unknown:
+        raise CheckpointError(f"the checkpoint's {cls.__name__} has fields this code does not know: {unknown}; "
+                              "upgrade replayforge (`git pull && make setup`)")
+    return cls(**out)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Checkpoint:
+    """A loaded checkpoint (see the module docstring for each field)."""
+
+    kind: str
+    model_config: dict
+    train_config: dict
+    step: int
+    data: DataIdentity
+    model: dict
+    optimizer: dict | None
+    rng: list
+    code: str
+    where: str
+
+    def build_model(self, **overrides):
+        """The model rebuilt from ``model_config`` (``overrides`` replace runtime fields, e.g. ``use_fused``), with
+        the checkpoint's weights, in eval mode."""
+        config_cls, model_cls = MODEL_KINDS[self.kind].classes()
+        model = model_cls(self.build_config(**overrides))
+        model.load_state_dict(self.model)
+        return model.eval()
+
+    def build_config(self, **overrides):
+        config_cls, _ = MODEL_KINDS[self.kind].classes()
+        return dataclasses.replace(config_from_dict(config_cls, self.model_config), **overrides)
+
+    def check_features(self, given: DataIdentity) -> None:
+        check_features(self.data, given, what=f"checkpoint {self.where} ({self.kind}, step {self.step})")
+
+
+def payload(*, kind: str, model_config, train_config, step: int, data: DataIdentity, model, optimizer) -> dict:
+    """A checkpoint's contents but the RNG states (``report_checkpoint`` gathers them from every worker)."""
+    if kind not in MODEL_KINDS:
+        raise ValueError(f"unknown model kind {kind!r}; known: {sorted(MODEL_KINDS)}")
+    from pipelines.writer import git_commit
+
+    return {"format": CHECKPOINT_FORMAT, "kind": kind, "model_config": dataclasses.asdict(model_config),
+            "train_config": dataclasses.asdict(train_config), "step": int(step), "data": dataclasses.asdict(data),
+            "model": getattr(model, "module", model).state_dict(),
+            "optimizer": optimizer.state_dict() if optimizer is not None else None, "code": git_commit()}
+
+
+def state_file(uri: str | Path) -> str:
+    """A checkpoint folder or its ``state.pt`` → the ``state.pt`` (a local path or a URI)."""
+    from shards_schema import storage
+
+    uri = str(uri)
+    return uri if uri.endswith(".pt") else storage.join(uri, "state.pt")
+
+
+def load_state(path, device="cpu") -> dict:
+    """A ``state.pt`` read with ``torch.load(weights_only=True)``: tensors, dicts, lists, tuples, numbers and strings
+    only. A pickle may name any callable for the reader to call (``__reduce__``), so a checkpoint handed to
+    ``evaluate.py`` or ``--resume`` could otherwise run code; checkpoints here hold nothing else (configs as
+    ``dataclasses.asdict``, RNG states from ``rng_state``)."""
+    import torch
+
+    from shards_schema import storage
+
+    try:  # through storage: a checkpoint on S3 is read by whichever node resumes
+        return torch.load(io.BytesIO(storage.read_bytes(str(path))), map_location=device, weights_only=True)
+    except pickle.UnpicklingError as err:
+        # torch's message is several paragraphs; its "WeightsUnpickler error: Unsupported global: ..." line names
+        # what the file asked for
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        reason = next((line for line in lines if line.startswith("WeightsUnpickler error")), lines[0] if lines else "")
+        raise UnsafeCheckpointError(
+            f"{path}: refused: it holds objects other than tensors and plain values, and reading them could run "
+            f"code from the file ({reason}). Load only checkpoints written by replayforge's trainers.") from err
+
+
+def from_state(state: dict, where: str) -> Checkpoint:
+    """A ``Checkpoint`` from a loaded ``state.pt``; older formats are refused with what to do."""
+    if state.get("format") != CHECKPOINT_FORMAT:
+        found = state.get("format", 1)
+        if isinstance(found, int) and found > CHECKPOINT_FORMAT:
+            fix = "upgrade replayforge to read it (`git pull && make setup`)"
+        else:
+            fix = ("it does not record its architecture or the data it was trained on; train it again with this "
+                   "code (training/offline_rl.py or training/world_model.py)")
+        raise CheckpointError(f"{where} has checkpoint format {found}, this code reads {CHECKPOINT_FORMAT}: {fix}")
+    if state["kind"] not in MODEL_KINDS:
+        raise CheckpointError(f"{where} holds a {state['kind']!r} model; this code knows {sorted(MODEL_KINDS)}")
+    return Checkpoint(kind=state["kind"], model_config=state["model_config"], train_config=state["train_config"],
+                      step=int(state["step"]), data=DataIdentity(**state["data"]), model=state["model"],
+                      optimizer=state.get("optimizer"), rng=state.get("rng") or [], code=state.get("code", ""),
+                      where=where)
+
+
+def read_checkpoint(uri: str | Path, device="cpu", *, kind: str | None = None) -> Checkpoint:
+    """The checkpoint in a folder or ``state.pt`` (a local path or a URI); ``kind`` refuses another model family."""
+    path = state_file(uri)
+    ckpt = from_state(load_state(path, device), path)
+    if kind is not None and ckpt.kind != kind:
+        raise CheckpointError(f"{path} holds a {ckpt.kind} model, not a {kind}")
+    return ckpt
+
+
+# ---------------------------------------------------------------------------- RNG states
+def rng_state() -> dict:
+    """This process's Python, NumPy and torch RNG states as tensors and plain values (what ``load_state`` reads)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    numpy_state = np.random.get_state(legacy=False)  # {'bit_generator', 'state': {'key': uint32[624], 'pos'}, ...}
+    numpy_state["state"] = {"key": numpy_state["state"]["key"].tolist(), "pos": int(numpy_state["state"]["pos"])}
+    return {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    random.setstate(state["python"])
+    numpy_state = dict(state["numpy"])
+    numpy_state["state"] = {"key": np.asarray(numpy_state["state"]["key"], dtype=np.uint32),
+                            "pos": numpy_state["state"]["pos"]}
+    np.random.set_state(numpy_state)
+    torch.set_rng_state(state["torch"])

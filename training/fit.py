@@ -1,0 +1,419 @@
+"""The one training loop every trainer runs on Ray Train; each trainer brings only a ``Recipe`` (its model, the
+windows it reads, its batch and its loss).
+
+On the driver, ``fit`` opens the shard version, finds the checkpoint to resume from (``--resume``) or to start
+from (``--init-from``) and checks it against the data and the config, lays out the run's stream of window specs from
+the resume step on (``training/windows.window_stream``: nothing before it is read) and starts the workers. Each
+worker rebuilds the typed config and the recipe, builds the model from the model config the driver resolved (from
+the checkpoint when there is one), and steps a ``Learner`` through its slice of each global batch, writing metrics
+and self-describing checkpoints (``training/checkpoints.py``) at the config's cadence.
+
+``Learner`` (model, optimizer, one optimizer step on a batch) takes batches from anywhere: PPO feeds it rollouts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainerConfig:
+    """What every trainer shares: data, run folder, optimizer, cadence and the Ray Train layout.
+
+    Attributes:
+        shards: the shard version folder to train on (a local path or a URI: ``s3://bucket/out/<dataset>/<v>``).
+        out: run folder (checkpoints, metrics.csv, wandb); a URI puts the checkpoints on that store and keeps
+            metrics.csv and wandb on rank 0's disk under ``runs/<bucket>/<key>`` (``training/loop.local_run_folder``).
+        context: steps per training window (turns for the policy; frames K for the world model, whose windows hold
+            K+1 frames).
+        batch_size: windows per optimizer step, summed over workers (each worker takes an equal slice).
+        steps: optimizer steps of the whole run (a resumed run continues up to it).
+        lr: learning rate (AdamW; fused on CUDA).
+        weight_decay: AdamW weight decay.
+        grad_clip: largest gradient norm (gradients are rescaled above it).
+        checkpoint_every: steps between checkpoints (and one at the end).
+        log_every: steps between metric lines.
+        seed: seed of model initialization and of the window order (each epoch shuffled with its own seed).
+        num_workers: Ray Train workers.
+        cpus_per_worker: CPUs each worker reserves (fractional on small machines: Ray Train waits for whole CPUs
+            otherwise).
+        use_gpu: train on GPU workers (bf16 autocast, TF32).
+        torch_threads: intra-op threads per worker (0: Ray's default, one per whole reserved CPU). More threads than
+            reserved CPUs wait on each other whenever anything else runs: a ``small`` policy step on 2 cores took
+            0.55-0.65 s with 2 threads on 1 reserved CPU while the machine was quiet and 3.3 s once other processes
+            ran, 0.9-1.1 s with 1 thread either way (benchmarks/policy_train_step.py).
+        compile: compile the model with ``torch.compile`` (``nn.Module.compile``: checkpoints keep the plain
+            parameter names). Pays off on GPUs for long runs; the first steps are slow while it compiles.
+        wandb_mode: auto (online when logged in, else offline), online, offline or disabled.
+        resume: continue from the latest checkpoint under --out, with the same data, window length, batch size and
+            seed (the architecture comes from the checkpoint).
+        init_from: a checkpoint (folder or state.pt, a path or a URI) whose model and weights start this run; the
+            optimizer and the step start fresh (fine-tuning). Its feature spec must match the shards'.
+    """
+
+    shards: str
+    out: str
+    context: int = 32
+    batch_size: int = 32
+    steps: int = 1000
+    lr: float = 3e-4
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    checkpoint_every: int = 200
+    log_every: int = 20
+    seed: int = 0
+    num_workers: int = 1
+    cpus_per_worker: float = 0.5
+    use_gpu: bool = False
+    torch_threads: int = 0
+    compile: bool = False
+    wandb_mode: str = "auto"
+    resume: bool = False
+    init_from: str | None = None
+
+    def __post_init__(self):
+        if self.wandb_mode not in ("auto", "online", "offline", "disabled"):
+            raise ValueError("--wandb-mode must be auto, online, offline or disabled")
+        if min(self.context, self.batch_size, self.steps, self.checkpoint_every, self.log_every,
+               self.num_workers) < 1:
+            raise ValueError("--context, --batch-size, --steps, --checkpoint-every, --log-every and --num-workers "
+                             "must be at least 1")
+        if self.batch_size % self.num_workers:
+            raise ValueError("--batch-size must be a multiple of --num-workers")
+        if self.resume and self.init_from:
+            raise ValueError("--resume continues a run; --init-from starts a new one from a checkpoint: pick one")
+
+    STREAM_FIELDS = ("context", "batch_size", "seed")
+    """Fields that shape the window stream: a resumed run must keep them (recipes add their own)."""
+
+
+class Recipe:
+    """A trainer's own part: its config class, model family, windows, batch and loss. ``fit`` does the rest.
+
+    The driver calls ``plan`` (small facts the workers need, e.g. a train/validation split), ``model_config`` and
+    ``epoch_windows``; each worker builds ``Recipe(cfg, plan)`` and calls ``on_device``, ``loader``, ``samples``,
+    ``loss`` and ``evaluate``."""
+
+    config_class: type = TrainerConfig
+    kind: str = ""  # the checkpoint's model family (training/checkpoints.MODEL_KINDS)
+    tag: str = "train"  # log prefix and run name
+    sample_unit: str = "samples"  # what ``samples`` counts (the throughput metric is ``<unit>_per_s``)
+    stream_fields: tuple[str, ...] = ()  # config fields beyond TrainerConfig.STREAM_FIELDS that shape the stream
+    runtime_fields: tuple[str, ...] = ()  # model config fields that describe the device, not the architecture
+
+    def __init__(self, cfg, plan: dict):
+        self.cfg, self.plan = cfg, plan
+
+    @classmethod
+    def make_plan(cls, cfg, version) -> dict:
+        """Small facts the driver works out once for every worker (plain values)."""
+        return {}
+
+    def model_config(self):
+        """The model config this run's flags ask for (a fresh run's architecture)."""
+        raise NotImplementedError
+
+    def init_config(self, ckpt):
+        """The model config of a run started from checkpoint ``ckpt`` (``--init-from``): its architecture."""
+        return ckpt.build_config()
+
+    def on_device(self, model_config, cuda: bool):
+        """The model config with its runtime fields set for this worker's device."""
+        return model_config
+
+    def epoch_windows(self, version, epoch: int):
+        """Epoch ``epoch``'s windows in order (a ``training/windows.cut_windows`` table)."""
+        raise NotImplementedError
+
+    def loader(self):
+        """Window specs → padded numpy arrays, in the worker (a ``LoadWindows``)."""
+        raise NotImplementedError
+
+    def samples(self, batch: dict) -> int:
+        """How many ``sample_unit`` a (numpy) batch trains on."""
+        return int(batch["valid"].sum())
+
+    def loss(self, model, batch: dict, step: int):
+        """(loss to minimize, {name: scalar tensor or number} to log) of one batch of tensors on the device."""
+        raise NotImplementedError
+
+    def evaluate(self, model, device, step: int) -> dict | None:
+        """Metrics of a validation pass when one is due after ``step`` (rank 0 only), else None."""
+        return None
+
+
+class Learner:
+    """A model, its optimizer and one optimizer step on a batch from anywhere (the window stream here, runner
+    actors' rollouts for PPO). bf16 autocast on CUDA, fp32 on CPU; gradients clipped to ``grad_clip``."""
+
+    def __init__(self, model, *, lr: float, weight_decay: float, grad_clip: float, device, compile: bool = False,
+                 prepare=None):
+        import torch
+
+        self.device, self.grad_clip = device, grad_clip
+        self.cuda = device.type == "cuda"
+        if compile:
+            model.compile()  # in place: state_dict keys stay those of the plain module
+        self.model = prepare(model) if prepare is not None else model.to(device)
+        # the fused kernel updates every parameter in one launch; CPU has no fused AdamW
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay,
+                                           fused=self.cuda or None)
+
+    @property
+    def module(self):
+        """The model without its DistributedDataParallel wrapper."""
+        return getattr(self.model, "module", self.model)
+
+    def step(self, loss_fn, batch) -> dict:
+        """One optimizer step on ``loss_fn(model, batch) -> (loss, parts)``; the parts (detached, still on the
+        device: reading them is the caller's choice, at its log cadence, so no step waits on the device)."""
+        import torch
+
+        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.cuda):
+            loss, parts = loss_fn(self.model, batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        self.optimizer.step()
+        return {"loss": loss.detach(), **{k: v.detach() if isinstance(v, torch.Tensor) else v
+                                          for k, v in parts.items()}}
+
+    def load(self, state: dict, *, optimizer: bool) -> None:
+        self.module.load_state_dict(state["model"])
+        if optimizer:
+            self.optimizer.load_state_dict(state["optimizer"])
+
+
+class Progress:
+    """Throughput and ETA of a run from its first step in this process."""
+
+    def __init__(self, first_step: int, steps: int, unit: str):
+        self.first_step, self.steps, self.unit = first_step, steps, unit
+        self.start, self.done = time.monotonic(), 0
+
+    def add(self, samples: int) -> None:
+        self.done += samples
+
+    def metrics(self, step: int) -> dict:
+        elapsed = time.monotonic() - self.start
+        per_step = elapsed / max(step - self.first_step, 1)
+        return {f"{self.unit}_per_s": self.done / max(elapsed, 1e-9), "elapsed_s": elapsed,
+                "eta_s": per_step * (self.steps - step)}
+
+
+def _scalars(parts: dict) -> dict:
+    return {k: float(v) for k, v in parts.items()}
+
+
+def report_checkpoint(payload: dict, metrics: dict, rank: int, world: int) -> None:
+    """Report metrics with a checkpoint holding ``payload`` plus every worker's RNG state (only rank 0 writes)."""
+    import ray.train
+    import torch
+    import torch.distributed as dist
+
+    from training.checkpoints import rng_state
+
+    rng = [None] * world
+    if world > 1 and dist.is_initialized():
+        dist.all_gather_object(rng, rng_state())
+    else:
+        rng = [rng_state()]
+    with tempfile.TemporaryDirectory() as directory:
+        checkpoint = None
+        if rank == 0:
+            torch.save({**payload, "rng": rng}, Path(directory) / "state.pt")
+            checkpoint = ray.train.Checkpoint.from_directory(directory)
+        ray.train.report(metrics, checkpoint=checkpoint)
+
+
+def _worker_checkpoint(config: dict, device):
+    """The checkpoint a worker starts from: Ray Train's own when it restarted the run (read through its
+    filesystem), else ``--resume``'s or ``--init-from``'s (a folder or URI), else None."""
+    import ray.train
+
+    from training.checkpoints import from_state, load_state, read_checkpoint
+
+    own = ray.train.get_checkpoint()
+    if own is not None:
+        with own.as_directory() as directory:
+            return from_state(load_state(Path(directory) / "state.pt", device), "Ray Train's checkpoint"), True
+    if config.get("resume_path"):
+        return read_checkpoint(config["resume_path"], device), True
+    if config.get("init_from"):
+        return read_checkpoint(config["init_from"], device), False
+    return None, False
+
+
+def train_loop_per_worker(config: dict) -> None:
+    """Runs on every Ray Train worker: rebuilds the typed config and the recipe, then trains."""
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    from training.checkpoints import MODEL_KINDS, DataIdentity, config_from_dict, payload, set_rng_state
+    from training.loop import MetricsWriter, start_worker
+    from training.windows import window_batches
+
+    recipe_class = config["recipe"]
+    cfg = recipe_class.config_class(**config["cfg"])
+    recipe = recipe_class(cfg, config["plan"])
+    rank, world, device, cuda = start_worker(cfg, recipe.tag)
+    config_cls, model_cls = MODEL_KINDS[recipe.kind].classes()
+    model_config = recipe.on_device(config_from_dict(config_cls, config["model_config"]), cuda)
+    model = model_cls(model_config)
+    if rank == 0:
+        print(f"[{recipe.tag}] {model_cls.__name__}: {sum(p.numel() for p in model.parameters()):,} parameters")
+    learner = Learner(model, lr=cfg.lr, weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip, device=device,
+                      compile=cfg.compile, prepare=ray.train.torch.prepare_model)
+    step = 0
+    start, resuming = _worker_checkpoint(config, device)
+    if start is not None:
+        learner.load({"model": start.model, "optimizer": start.optimizer}, optimizer=resuming)
+        if resuming:
+            set_rng_state(start.rng[rank] if rank < len(start.rng) else start.rng[0])
+            step = start.step
+    data = DataIdentity(**config["data"])
+    shard = ray.train.get_dataset_shard("train")
+    per_worker = cfg.batch_size // world
+    writer = MetricsWriter(Path(config["run_folder"]), dataclasses.asdict(cfg), cfg.wandb_mode, recipe.tag) \
+        if rank == 0 else None
+    progress = Progress(step, cfg.steps, recipe.sample_unit)
+    # The stream starts at the driver's resume step; Ray Train restarting the run itself from a later checkpoint
+    # (a FailureConfig) is the one case where a worker skips specs (never loading their windows).
+    skip = step - config["first_step"]
+    for batch in window_batches(shard, recipe.loader(), cfg.batch_size, first_batch=skip,
+                                rows=slice(rank * per_worker, (rank + 1) * per_worker)):
+        if step >= cfg.steps:
+            break
+        samples = recipe.samples(batch)
+        tensors = {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in batch.items() if k != "window"}
+        parts = learner.step(lambda m, b, s=step: recipe.loss(m, b, s), tensors)
+        step += 1
+        progress.add(samples * world)
+        save = step % cfg.checkpoint_every == 0 or step == cfg.steps
+        metrics = None
+        if save or (writer and step % cfg.log_every == 0):
+            metrics = {"step": step, **_scalars(parts), **progress.metrics(step)}
+        if writer and metrics:
+            writer.write(metrics)
+        if writer:
+            evaluation = recipe.evaluate(learner.module, device, step)
+            if evaluation:
+                writer.write({"step": step, **evaluation}, "eval")
+        if save:
+            report_checkpoint(payload(kind=recipe.kind, model_config=recipe.on_device(model_config, False),
+                                      train_config=cfg, step=step, data=data, model=learner.model,
+                                      optimizer=learner.optimizer), metrics, rank, world)
+    if writer:
+        writer.close()
+
+
+def _resume_problem(ckpt, cfg, recipe, identity, model_config) -> str | None:
+    """Why ``ckpt`` cannot be resumed by this run (another model family, other data, another stream or
+    architecture), or None."""
+    if ckpt.kind != recipe.kind:
+        return f"it holds a {ckpt.kind} model, this trainer trains {recipe.kind}"
+    if (ckpt.data.dataset, ckpt.data.version) != (identity.dataset, identity.version):
+        return (f"it was trained on {ckpt.data.dataset}/{ckpt.data.version}, --shards is "
+                f"{identity.dataset}/{identity.version}; to go on training on other data start a new run with "
+                "--init-from")
+    for name in (*TrainerConfig.STREAM_FIELDS, *recipe.stream_fields):
+        theirs, ours = ckpt.train_config.get(name), getattr(cfg, name)
+        if theirs != ours:
+            return f"it was trained with --{name.replace('_', '-')} {theirs}, this run asks for {ours}"
+    def plain(config: dict) -> dict:  # tuples come back from some stores as lists
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()
+                if k not in recipe.runtime_fields}
+
+    asked, stored = plain(dataclasses.asdict(model_config)), plain(ckpt.model_config)
+    if asked != stored:
+        differ = sorted(k for k in set(asked) | set(stored) if asked.get(k) != stored.get(k))
+        return (f"its architecture differs from the one these flags ask for in {differ} (the architecture comes "
+                "from the checkpoint: leave the model flags as they were)")
+    if ckpt.step >= cfg.steps:
+        return f"it is at step {ckpt.step} and --steps is {cfg.steps}: nothing to do (raise --steps)"
+    return None
+
+
+def fit(cfg, recipe_class: type[Recipe]):
+    """Train ``recipe_class``'s model on ``cfg`` with Ray Train; Ray Train's ``Result``."""
+    from shards_schema import storage
+    from training.loop import (
+        check_workers_reach,
+        init_local_ray,
+        latest_checkpoint,
+        local_run_folder,
+        run_storage,
+    )
+
+    init_local_ray()  # before the first `import ray`: a local instance then binds 127.0.0.1 only
+    import ray
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    from shards_schema.reader import open_version
+    from training.checkpoints import CheckpointError, read_checkpoint, shard_identity
+    from training.windows import stream_dataset, window_stream
+
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    # workers run in Ray's session folder: a relative path would point there, not where the user meant
+    cfg = dataclasses.replace(cfg, shards=storage.normalize(cfg.shards), out=storage.normalize(cfg.out))
+    version = open_version(cfg.shards)
+    identity = shard_identity(version)
+    plan = recipe_class.make_plan(cfg, version)
+    recipe = recipe_class(cfg, plan)
+    check_workers_reach(cfg.shards, cfg.out, *([cfg.init_from] if cfg.init_from else []))
+    model_config = recipe.model_config()
+    latest, first_step = None, 0
+    if cfg.resume:
+        latest = latest_checkpoint(cfg.out)
+        if latest is None:
+            raise FileNotFoundError(f"--resume: no checkpoint under {storage.join(cfg.out, 'ray')}")
+        ckpt = read_checkpoint(latest)
+        problem = _resume_problem(ckpt, cfg, recipe, identity, model_config)
+        if problem:
+            raise CheckpointError(f"--resume {latest}: {problem}")
+        first_step = ckpt.step
+        model_config = ckpt.build_config()
+    elif cfg.init_from:
+        ckpt = read_checkpoint(cfg.init_from, kind=recipe.kind)
+        ckpt.check_features(identity)
+        model_config = recipe.init_config(ckpt)
+    windows = window_stream(lambda epoch: recipe.epoch_windows(version, epoch), first_step * cfg.batch_size,
+                            (cfg.steps - first_step) * cfg.batch_size)
+    print(f"[{recipe.tag}] {identity.dataset}/{identity.version}: steps {first_step + 1}..{cfg.steps} of "
+          f"{cfg.batch_size} windows ({recipe.epoch_windows(version, 0).num_rows} windows an epoch)")
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config={"recipe": recipe_class, "cfg": dataclasses.asdict(cfg), "plan": plan,
+                           "model_config": dataclasses.asdict(model_config), "data": dataclasses.asdict(identity),
+                           "first_step": first_step, "resume_path": latest, "init_from": cfg.init_from,
+                           "run_folder": str(local_run_folder(cfg.out))},
+        scaling_config=ray.train.ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
+                                               resources_per_worker={"CPU": cfg.cpus_per_worker}),
+        run_config=ray.train.RunConfig(name=f"{recipe.tag}-{time.strftime('%Y%m%d-%H%M%S')}",
+                                       **run_storage(cfg.out),
+                                       checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2)),
+        datasets={"train": stream_dataset(windows)},
+        dataset_config=ray.train.DataConfig(datasets_to_split=[]),
+    )
+    return trainer.fit()
+
+
+def main(config_class: type, recipe_class: type[Recipe], argv: list[str] | None = None):
+    """The command line of a trainer: flags from ``config_class``, then ``fit``; prints the final checkpoint's
+    folder (a URI on a store), the argument evaluation and play take."""
+    from pipelines.cli import parse_config
+    from shards_schema import storage
+    from training.loop import checkpoint_uri
+
+    cfg = parse_config(config_class, argv)
+    result = fit(cfg, recipe_class)
+    print(f"[{recipe_class.tag}] done: {result.metrics}")
+    if result.checkpoint:
+        print(checkpoint_uri(result.checkpoint, storage.normalize(cfg.out)))
+    return result
