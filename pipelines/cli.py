@@ -14,24 +14,35 @@ import typing
 
 
 def field_help(cls: type) -> dict[str, str]:
-    """Each field's doc from the ``Attributes:`` section of ``cls``'s docstring, continuation lines (indented
-    deeper than the field's name) included."""
+    """Each field's whole doc, from the ``Attributes:`` sections of the docstrings of ``cls`` and its bases (a
+    field declared on a base config gets the base's doc; a subclass's doc of the same field wins)."""
     docs: dict[str, str] = {}
-    key, indent, in_attrs = None, 0, False
-    for line in (cls.__doc__ or "").splitlines():
+    for klass in reversed(cls.__mro__):
+        docs.update(_own_field_help(vars(klass).get("__doc__") or ""))
+    return docs
+
+
+def _own_field_help(doc: str) -> dict[str, str]:
+    """``name: text`` entries of a docstring's ``Attributes:`` section, each with its continuation lines (indented
+    deeper than the names, blank lines between paragraphs allowed), on one line. The section ends at the first line
+    that is neither: a line indented less than the names (``Returns:``) or one at their depth that names no field."""
+    docs: dict[str, str] = {}
+    key, indent, in_attrs = None, None, False
+    for line in doc.splitlines():
         stripped = line.strip()
-        if stripped == "Attributes:":
+        if stripped == "Attributes:" and not in_attrs:
             in_attrs = True
             continue
         if not in_attrs or not stripped:
             continue
         depth = len(line) - len(line.lstrip())
+        indent = depth if indent is None else indent
         name, sep, text = stripped.partition(":")
-        if sep and name.isidentifier() and (key is None or depth <= indent):
-            key, indent = name, depth
+        if depth == indent and sep and name.isidentifier():
+            key = name
             docs[key] = text.strip()
-        elif key is not None and depth > indent:
-            docs[key] += " " + stripped
+        elif depth > indent and key is not None:
+            docs[key] = (docs[key] + " " + stripped).strip()
         else:
             break
     return docs
@@ -103,7 +114,8 @@ def parser_for(cls: type, description: str | None = None) -> argparse.ArgumentPa
               for name, section in sections(cls).items()}
     for name, (owner, annotation, doc) in _leaves(cls).items():
         base = _base(annotation)
-        kwargs = {"help": doc, "dest": name, "default": argparse.SUPPRESS}
+        # argparse expands %-formats in help (``%(default)s``): a doc's own "50%" would break --help
+        kwargs = {"help": doc.replace("%", "%%"), "dest": name, "default": argparse.SUPPRESS}
         if base is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(base) is list:

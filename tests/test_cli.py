@@ -1,0 +1,88 @@
+"""The CLI generated from config dataclasses (``pipelines/cli.py``): every flag's help is its field's whole doc,
+inherited fields included."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+import pytest
+
+from pipelines.cli import field_help, parse_config, parser_for
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BaseConfig:
+    """What every job shares.
+
+    Attributes:
+        out: run folder.
+        steps: optimizer steps of the whole run; a resumed run
+            continues up to it.
+
+            Counted over all workers, 50% of them at most idle.
+        seed: base seed.
+    """
+
+    out: str
+    steps: int = 10
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ChildConfig(BaseConfig):
+    """A job with its own fields.
+
+    Attributes:
+        seed: seed of the child's model (not the base's words).
+        preset:
+            model size, on the line after its name.
+
+    Returns:
+        nothing: a section after Attributes is not a field.
+    """
+
+    steps: int = 20  # a new default, no new doc: the base's doc stays
+    seed: int = 1
+    preset: str = "tiny"
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_a_multi_line_doc_appears_whole_in_help():
+    text = _flat(parser_for(BaseConfig).format_help())
+    assert ("--steps STEPS optimizer steps of the whole run; a resumed run continues up to it. Counted over all "
+            "workers, 50% of them at most idle.") in text
+
+
+def test_inherited_fields_get_their_base_doc_and_the_subclass_doc_wins():
+    docs = field_help(ChildConfig)
+    assert docs == {
+        "out": "run folder.",
+        "steps": "optimizer steps of the whole run; a resumed run continues up to it. Counted over all workers, "
+                 "50% of them at most idle.",
+        "seed": "seed of the child's model (not the base's words).",
+        "preset": "model size, on the line after its name.",
+    }
+    text = _flat(parser_for(ChildConfig).format_help())
+    assert "--out OUT run folder." in text and "--seed SEED seed of the child's model" in text
+    assert "base seed" not in text and "nothing" not in text
+    cfg = parse_config(ChildConfig, ["--out", "o", "--preset", "base"])
+    assert (cfg.out, cfg.steps, cfg.seed, cfg.preset) == ("o", 20, 1, "base")
+
+
+ENTRY_POINTS = ["pipelines.parse_replays:ParseConfig", "pipelines.refeaturize:RefeaturizeConfig",
+                "training.world_model:WorldModelTrainConfig", "training.offline_rl:TrainConfig",
+                "training.world_model_play:PlayConfig", "training.evaluate:EvalConfig"]
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_every_flag_of_every_entry_point_has_its_doc(entry):
+    module, name = entry.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    parser = parser_for(cls)
+    undocumented = [a.option_strings[0] for a in parser._actions if a.option_strings and not a.help]
+    assert undocumented == [], f"{name}: flags without a doc in its (or its bases') Attributes: {undocumented}"
+    parser.format_help()  # a doc argparse cannot format (a bare %) fails here
