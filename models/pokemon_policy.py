@@ -1,7 +1,8 @@
 """Metamon-style Pokémon policy: a turn encoder, a causal transformer over turns, a masked actor head over the 9
 actions (4 moves, 5 switches) and critic heads for several discount factors.
 
-Plain ``nn.Module``s with no I/O. Attention goes through ``torch.nn.functional.scaled_dot_product_attention``, which
+Plain ``nn.Module``s with no I/O. Attention goes through ``torch.nn.functional.scaled_dot_product_attention`` with
+``is_causal`` and no mask (windows are right-padded; see ``PokemonPolicy.forward``), so it
 picks flash or memory-efficient kernels on GPU by itself.
 """
 
@@ -63,6 +64,20 @@ class PolicyConfig:
         return cls(vocab_size=vocab_size, **sizes[name])
 
 
+def check_inputs(tokens, vocab_size: int) -> None:
+    """Refuse token ids outside ``[0, vocab_size)`` (numpy or torch, any shape): an embedding lookup would fail on
+    the device with no word of which id, or, with a larger vocabulary, read a wrong row. Called where data is loaded
+    (the trainers' window loader once per decoded shard, evaluation per observation), not in ``forward``."""
+    if not len(tokens.reshape(-1)):
+        return
+    low, high = int(tokens.min()), int(tokens.max())
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(f"token id {bad} is outside the vocabulary of {vocab_size} words: the observations were "
+                         "made with another vocabulary than the model's (check the shards' observation version "
+                         "against the checkpoint's)")
+
+
 def fold_actions(mask13: torch.Tensor) -> torch.Tensor:
     """13-action legal mask (moves, switches, tera moves) → the actor's 9: a move is legal with or without tera."""
     moves = mask13[..., :NUM_MOVES] | mask13[..., NUM_MOVES + NUM_SWITCHES:]
@@ -88,9 +103,8 @@ class TurnEncoder(nn.Module):
         self.norm = nn.LayerNorm(cfg.d_model)
 
     def forward(self, tokens: torch.Tensor, numeric: torch.Tensor) -> torch.Tensor:
-        # tokens (B, T, 87) int64, numeric (B, T, 48) float → (B, T, d_model)
-        if tokens.numel() and int(tokens.max()) >= self.cfg.vocab_size:
-            raise ValueError(f"token id {int(tokens.max())} is outside the vocabulary ({self.cfg.vocab_size})")
+        # tokens (B, T, 87) int, numeric (B, T, 48) float → (B, T, d_model). Ids are checked by ``check_inputs``
+        # where data is loaded: a check here would make every step wait for the device (a GPU→host copy).
         b, t, _ = tokens.shape
         words = self.words(tokens) + self.slot  # (B, T, 87, d_token)
         turn = self.mix(words.reshape(b, t, OBS_WORDS * self.cfg.d_token))  # (B, T, d_model)
@@ -108,12 +122,13 @@ class Block(nn.Module):
         self.ff = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model))
         self.dropout = cfg.dropout
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
-        # x (B, T, D); attn_mask (B, 1, T, T) bool, True where a query may attend to a key
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        # x (B, T, D); attn_mask (B, 1, T, T) bool, True where a query may attend to a key, or None: causal
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
         q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))  # (B, H, T, hs)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+        # is_causal without a mask lets scaled_dot_product_attention pick the flash kernel (a mask rules it out)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
                                            dropout_p=self.dropout if self.training else 0.0)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
         return x + self.ff(self.ln2(x))
@@ -149,15 +164,21 @@ class PokemonPolicy(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def forward(self, tokens: torch.Tensor, numeric: torch.Tensor, legal: torch.Tensor,
-                valid: torch.Tensor) -> PolicyOutput:
-        """tokens (B, T, 87), numeric (B, T, 48), legal (B, T, 9) bool, valid (B, T) bool (False = padding)."""
+                valid: torch.Tensor, *, mask_padding: bool = False) -> PolicyOutput:
+        """tokens (B, T, 87), numeric (B, T, 48), legal (B, T, 9) bool, valid (B, T) bool (False = padding).
+
+        Windows are right-padded (each row's valid turns come first), so causal attention alone never lets a valid
+        turn see padding: outputs at padded turns are garbage that every loss masks out. ``mask_padding`` also masks
+        padded keys explicitly: the readable reference the causal path is tested against (equal on valid turns)."""
         b, t, _ = tokens.shape
         if t > self.cfg.max_turns:
             raise ValueError(f"context of {t} turns exceeds max_turns {self.cfg.max_turns}")
         x = self.encoder(tokens, numeric) + self.position(torch.arange(t, device=tokens.device))
-        causal = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()
-        attn_mask = causal[None, None] & valid[:, None, None, :]  # (B, 1, T, T): past, non-padded keys
-        attn_mask = attn_mask | torch.eye(t, dtype=torch.bool, device=tokens.device)  # a padded query sees itself
+        attn_mask = None
+        if mask_padding:
+            causal = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()
+            attn_mask = causal[None, None] & valid[:, None, None, :]  # (B, 1, T, T): past, non-padded keys
+            attn_mask = attn_mask | torch.eye(t, dtype=torch.bool, device=tokens.device)  # a padded query: itself
         for block in self.blocks:
             x = block(x, attn_mask)
         x = self.ln_f(x)

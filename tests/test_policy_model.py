@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from models.pokemon_policy import PokemonPolicy, PolicyConfig, fold_action_ids, fold_actions
+from models.pokemon_policy import PokemonPolicy, PolicyConfig, check_inputs, fold_action_ids, fold_actions
 from training import losses
 
 VOCAB = 100
@@ -49,21 +49,34 @@ def test_padding_never_changes_real_steps(model):
     torch.testing.assert_close(loss, pad_loss)
 
 
-def test_padded_keys_are_masked_for_left_padding(model):
+def test_causal_attention_equals_the_masked_reference_on_valid_turns(model):
+    """The fast path (``is_causal``, no mask: the flash kernel on GPU) against the reference that masks padded keys
+    explicitly, on right-padded windows of different lengths: equal on every valid turn, so the losses are too."""
+    tokens, numeric, legal = _batch(b=4, t=10, seed=5)
+    lengths = torch.tensor([10, 7, 3, 1])
+    valid = torch.arange(10)[None, :] < lengths[:, None]  # right padding, as the window loader builds it
+    fast = model(tokens, numeric, legal, valid)
+    reference = model(tokens, numeric, legal, valid, mask_padding=True)
+    torch.testing.assert_close(fast.logits[valid], reference.logits[valid])
+    torch.testing.assert_close(fast.q_values[valid], reference.q_values[valid])
+    torch.testing.assert_close(fast.values[valid], reference.values[valid])
+    actions = torch.where(valid, torch.zeros(4, 10, dtype=torch.long), -1)
+    torch.testing.assert_close(losses.behaviour_cloning_loss(fast.logits, actions, valid),
+                               losses.behaviour_cloning_loss(reference.logits, actions, valid))
+
+
+def test_the_masked_reference_hides_left_padding(model):
+    """Left padding is not what the loader builds; the masked reference keeps padded turns from reaching real ones
+    there too (what padded turns contain never changes the real turns' outputs)."""
     tokens, numeric, legal = _batch(b=1, t=4)
     valid = torch.ones(1, 4, dtype=torch.bool)
-    out = model(tokens, numeric, legal, valid)
+    pad_valid = torch.cat([torch.zeros(1, 3, dtype=torch.bool), valid], 1)
+    pad_legal = torch.cat([torch.ones(1, 3, 9, dtype=torch.bool), legal], 1)
     a = model(torch.cat([torch.zeros(1, 3, 87, dtype=torch.long), tokens], 1),
-              torch.cat([torch.zeros(1, 3, 48), numeric], 1), torch.cat([torch.ones(1, 3, 9, dtype=torch.bool),
-                                                                          legal], 1),
-              torch.cat([torch.zeros(1, 3, dtype=torch.bool), valid], 1))
+              torch.cat([torch.zeros(1, 3, 48), numeric], 1), pad_legal, pad_valid, mask_padding=True)
     b = model(torch.cat([torch.randint(0, VOCAB, (1, 3, 87)), tokens], 1),
-              torch.cat([torch.rand(1, 3, 48) * 50, numeric], 1), torch.cat([torch.ones(1, 3, 9, dtype=torch.bool),
-                                                                             legal], 1),
-              torch.cat([torch.zeros(1, 3, dtype=torch.bool), valid], 1))
-    # what the padded turns contain never reaches the real ones (positions differ from `out`, so compare a and b)
+              torch.cat([torch.rand(1, 3, 48) * 50, numeric], 1), pad_legal, pad_valid, mask_padding=True)
     torch.testing.assert_close(a.logits[:, 3:], b.logits[:, 3:])
-    assert out.logits.shape == (1, 4, 9)
 
 
 def test_actor_never_picks_illegal(model):
@@ -75,11 +88,18 @@ def test_actor_never_picks_illegal(model):
     assert torch.all(legal.gather(-1, sampled.permute(1, 2, 0)))
 
 
-def test_token_ids_out_of_range_are_refused(model):
-    tokens, numeric, legal = _batch()
+def test_token_ids_out_of_range_are_refused_where_data_is_loaded():
+    import numpy as np
+
+    tokens, _, _ = _batch()
+    check_inputs(tokens, VOCAB)
+    check_inputs(tokens.numpy().astype(np.int32), VOCAB)
+    check_inputs(np.zeros((0, 87), np.int32), VOCAB)  # an empty batch
     tokens[0, 0, 0] = VOCAB
-    with pytest.raises(ValueError, match="outside the vocabulary"):
-        model(tokens, numeric, legal, torch.ones(2, 6, dtype=torch.bool))
+    with pytest.raises(ValueError, match=f"token id {VOCAB} is outside the vocabulary of {VOCAB} words"):
+        check_inputs(tokens, VOCAB)
+    with pytest.raises(ValueError, match="token id -2"):
+        check_inputs(np.full((2, 87), -2), VOCAB)
 
 
 def test_fold_tera_into_moves():

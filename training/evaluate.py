@@ -84,10 +84,11 @@ def load_policy(path: str, device: str = "cpu"):
 
 def make_player_class():
     """The poke-env Player subclass (imported lazily: poke-env is only needed to play)."""
+    import numpy as np
     import torch
     from poke_env.player import Player
 
-    from models.pokemon_policy import fold_actions
+    from models.pokemon_policy import check_inputs, fold_actions
     from pipelines.errors import InputError
     from pipelines.pokemon.dex import gen_of_format, load_dex, to_id
     from pipelines.pokemon.observation import observe
@@ -140,6 +141,7 @@ def make_player_class():
             except (InputError, KeyError, TypeError, ValueError, IndexError) as err:
                 return self._fallback(battle, f"state: {type(err).__name__}: {err}")
             _, tokens, numeric, _ = observe(state, tracker.format_id)
+            check_inputs(np.asarray(tokens), self.model.cfg.vocab_size)
             legal = fold_actions(torch.tensor(mask13))
             history = self.history.setdefault(battle.battle_tag, [])
             history.append((tokens, numeric, legal))
