@@ -52,7 +52,7 @@ class ParseConfig:
         dataset: dataset folder name under OUT (default: the schema's name).
         download: mirror the source's hub dataset into the local --input first (resumable).
         revision: hub revision to read or download (default: the source's pinned one).
-        shard_size_mb: target size of each Parquet shard in MB.
+        shard_size_mb: target size of each Parquet shard in MiB (2**20 bytes).
         num_parse_actors: parse actors in the pool.
         cpus_per_actor: CPUs each parse or generate actor reserves (fractional, so Ray Data is not starved).
         inputs_per_batch: inputs handed to a parse actor at once.
@@ -131,10 +131,12 @@ class ParseInputs:
     into the version folder and returns its ``GroupResult``."""
 
     def __init__(self, cfg: ParseConfig, version_uri: str = ""):
+        from pipelines.writer import BYTES_PER_MIB
+
         self.source = cfg.source
         self.parser = cfg.parser(cfg, cfg.source)
         self.version_uri = version_uri
-        self.shard_size_bytes = int(cfg.shard_size_mb * 1024 * 1024)
+        self.shard_size_bytes = int(cfg.shard_size_mb * BYTES_PER_MIB)
 
     def __call__(self, groups: pa.Table) -> pa.Table:
         from pipelines.writer import GroupWriter
@@ -220,10 +222,10 @@ class ParseInputs:
 
 
 # ---------------------------------------------------------------------------- read stage (the source's)
-MAX_GROUP_INPUT_BYTES = 512 * 1024 * 1024
+MAX_GROUP_INPUT_BYTES = 512 << 20
 """A group's raw inputs travel as one Ray object and are held by its parse actor beside their rows: bounded, so a
 node's actors fit in memory. Melee inputs shrink ~16x (``SlpSource.shard_bytes_per_input_byte``): their shards come
-out at ~32 MB at most, whatever --shard-size-mb above that."""
+out at ~32 MiB at most, whatever --shard-size-mb above that."""
 _READ_ROW = pa.struct([("input_id", pa.string()), ("payload", pa.large_binary()), ("read_error", pa.string()),
                        ("filter_reason", pa.string()), ("facts_json", pa.string())])
 
@@ -285,7 +287,7 @@ def run(cfg: ParseConfig, *, log=print):
 
     import ray.data
 
-    from pipelines.writer import GroupResult, VersionPublisher, drop_rows
+    from pipelines.writer import BYTES_PER_MIB, GroupResult, VersionPublisher, drop_rows
 
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True  # groups reach the driver in input order
@@ -293,7 +295,7 @@ def run(cfg: ParseConfig, *, log=print):
     source, parser = cfg.make_source(), cfg.parser
     plan = source.plan()
     spec = version_spec(cfg, plan)
-    group_bytes = min(cfg.shard_size_mb * 1024 * 1024 / source.shard_bytes_per_input_byte, MAX_GROUP_INPUT_BYTES)
+    group_bytes = min(cfg.shard_size_mb * BYTES_PER_MIB / source.shard_bytes_per_input_byte, MAX_GROUP_INPUT_BYTES)
     tasks = stages.pack_tasks(plan.items, group_bytes)
     log(f"[parse] source={cfg.source} formats={cfg.effective_formats or 'all'} work items={len(plan.items)} "
         f"read tasks={len(tasks)} → {spec.uri}")
@@ -341,9 +343,11 @@ def run(cfg: ParseConfig, *, log=print):
 
 
 def _summary(published, elapsed_s: float, log) -> None:
+    from pipelines.writer import BYTES_PER_MIB
+
     m = published.manifest
     c = m.counts
-    total_mb = sum(f.bytes for f in m.files) / 1e6
+    total_mib = sum(f.bytes for f in m.files) / BYTES_PER_MIB
     log(f"[parse] inputs {c.inputs} = written {c.written} + filtered {sum(c.filtered.values())} "
         f"+ quarantined {sum(c.quarantined.values())}")
     for kind, reasons in (("filtered", c.filtered), ("quarantined", c.quarantined)):
@@ -353,7 +357,7 @@ def _summary(published, elapsed_s: float, log) -> None:
         what = f"{c.trajectories} games, {c.rows} frames"
     else:
         what = f"{c.trajectories} trajectories, {c.rows} rows, {c.unknown_words} unknown observation words,"
-    log(f"[parse] {what} in {len(m.files)} shards ({total_mb:.1f} MB), {c.rows / max(elapsed_s, 1e-9):.0f} rows/s "
+    log(f"[parse] {what} in {len(m.files)} shards ({total_mib:.1f} MiB), {c.rows / max(elapsed_s, 1e-9):.0f} rows/s "
         f"over {elapsed_s:.1f}s")
     log("[parse] " + ("already published with identical contents: " if published.reused else "published: ")
         + f"{m.dataset}/{m.version}")

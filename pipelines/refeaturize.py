@@ -28,7 +28,7 @@ class RefeaturizeConfig:
         input: the shard version folder to read.
         out: output root; the new version goes to OUT/<dataset>/<version>/.
         dataset: dataset name of the new version (default: the input's).
-        shard_size_mb: target shard size of the new version.
+        shard_size_mb: target shard size of the new version, in MiB (2**20 bytes).
     """
 
     input: str
@@ -56,7 +56,7 @@ def refeaturize_table(table: pa.Table) -> pa.Table:
 
 def run(cfg: RefeaturizeConfig, *, log=print):
     from pipelines.stages import InputRecord
-    from pipelines.writer import ShardWriter, VersionSpec
+    from pipelines.writer import BYTES_PER_MIB, ShardWriter, VersionSpec
     from shards_schema.pokemon import INDEX_SCHEMA, TURNS_SCHEMA
     from shards_schema.reader import open_version
     from shards_schema.versions import POKEMON_TURNS
@@ -68,7 +68,7 @@ def run(cfg: RefeaturizeConfig, *, log=print):
     spec = VersionSpec(out_root=cfg.out, dataset=cfg.dataset or m.dataset, code=POKEMON_TURNS, source=m.source,
                        source_revision=m.source_revision, config=config, planned_inputs=m.inputs_sha256)
     writer = ShardWriter(spec, schema=TURNS_SCHEMA, index_schema=INDEX_SCHEMA,
-                         shard_size_bytes=int(cfg.shard_size_mb * 1024 * 1024))
+                         shard_size_bytes=int(cfg.shard_size_mb * BYTES_PER_MIB))
     start = time.monotonic()
     index = source.index().to_pylist()
     quarantine = source.quarantine().to_pylist()

@@ -43,6 +43,9 @@ from shards_schema.manifest import MANIFEST_FORMAT, MANIFEST_NAME, Counts, FileE
 from shards_schema.quarantine import QUARANTINE_SCHEMA
 from shards_schema.versions import CodeVersions
 
+BYTES_PER_MIB = 1 << 20
+"""``--shard-size-mb`` (``shard_size_mb``) and the sizes the jobs print are MiB: 2**20 bytes, not 10**6."""
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _ROW_GROUP_ROWS = 16_384
 """Small enough that a reader fetches a trajectory or a window of frames by reading one or two row groups."""

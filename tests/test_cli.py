@@ -86,3 +86,20 @@ def test_every_flag_of_every_entry_point_has_its_doc(entry):
     undocumented = [a.option_strings[0] for a in parser._actions if a.option_strings and not a.help]
     assert undocumented == [], f"{name}: flags without a doc in its (or its bases') Attributes: {undocumented}"
     parser.format_help()  # a doc argparse cannot format (a bare %) fails here
+
+
+def test_shard_size_mb_is_mib_in_the_help_the_writer_and_the_summary():
+    from types import SimpleNamespace
+
+    from pipelines.parse_replays import ParseConfig, ParseInputs, _summary
+    from pipelines.refeaturize import RefeaturizeConfig
+
+    for cls in (ParseConfig, RefeaturizeConfig):
+        assert "in MiB (2**20 bytes)" in field_help(cls)["shard_size_mb"]
+    assert ParseInputs(ParseConfig.tiny(source="slp", shard_size_mb=3)).shard_size_bytes == 3 * 2**20
+    files = [SimpleNamespace(bytes=3 * 2**20), SimpleNamespace(bytes=2**19)]
+    counts = SimpleNamespace(inputs=2, written=2, filtered={}, quarantined={}, trajectories=2, rows=10)
+    manifest = SimpleNamespace(counts=counts, files=files, schema_name="melee_frames", dataset="d", version="v")
+    logs: list[str] = []
+    _summary(SimpleNamespace(manifest=manifest, reused=False, uri="u"), 1.0, logs.append)
+    assert "2 games, 10 frames in 2 shards (3.5 MiB)" in "\n".join(logs)  # 3.67 were it 10**6 bytes
