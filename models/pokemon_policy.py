@@ -163,14 +163,10 @@ class PokemonPolicy(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, tokens: torch.Tensor, numeric: torch.Tensor, legal: torch.Tensor,
-                valid: torch.Tensor, *, mask_padding: bool = False) -> PolicyOutput:
-        """tokens (B, T, 87), numeric (B, T, 48), legal (B, T, 9) bool, valid (B, T) bool (False = padding).
-
-        Windows are right-padded (each row's valid turns come first), so causal attention alone never lets a valid
-        turn see padding: outputs at padded turns are garbage that every loss masks out. ``mask_padding`` also masks
-        padded keys explicitly: the readable reference the causal path is tested against (equal on valid turns)."""
-        b, t, _ = tokens.shape
+    def features(self, tokens: torch.Tensor, numeric: torch.Tensor, valid: torch.Tensor, *,
+                 mask_padding: bool = False) -> torch.Tensor:
+        """(B, T, d_model) turn features the heads read (after the final norm); see ``forward``."""
+        t = tokens.shape[1]
         if t > self.cfg.max_turns:
             raise ValueError(f"context of {t} turns exceeds max_turns {self.cfg.max_turns}")
         x = self.encoder(tokens, numeric) + self.position(torch.arange(t, device=tokens.device))
@@ -181,7 +177,17 @@ class PokemonPolicy(nn.Module):
             attn_mask = attn_mask | torch.eye(t, dtype=torch.bool, device=tokens.device)  # a padded query: itself
         for block in self.blocks:
             x = block(x, attn_mask)
-        x = self.ln_f(x)
+        return self.ln_f(x)
+
+    def forward(self, tokens: torch.Tensor, numeric: torch.Tensor, legal: torch.Tensor,
+                valid: torch.Tensor, *, mask_padding: bool = False) -> PolicyOutput:
+        """tokens (B, T, 87), numeric (B, T, 48), legal (B, T, 9) bool, valid (B, T) bool (False = padding).
+
+        Windows are right-padded (each row's valid turns come first), so causal attention alone never lets a valid
+        turn see padding: outputs at padded turns are garbage that every loss masks out. ``mask_padding`` also masks
+        padded keys explicitly: the readable reference the causal path is tested against (equal on valid turns)."""
+        b, t, _ = tokens.shape
+        x = self.features(tokens, numeric, valid, mask_padding=mask_padding)
         # A row with no legal action (forced moves, terminal rows) keeps finite logits; its loss is masked out.
         any_legal = legal.any(dim=-1, keepdim=True)
         logits = self.actor(x).masked_fill(~legal & any_legal, float("-inf"))
