@@ -56,7 +56,8 @@ def test_zip_bad_member_is_its_own_input_and_the_rest_are_read(tmp_path, compres
     assert rows["set.zip::a.slp"] == (GAMES[0], None, None)
     assert rows["set.zip::c.slp"] == (GAMES[2], None, None)
     data, error, _ = rows["set.zip::b.slp"]
-    assert data is None and error
+    expected = "BadZipFile: Bad CRC-32 for file 'b.slp'" if compression == zipfile.ZIP_STORED else "error: Error -3 "
+    assert data is None and error.startswith(expected), error
 
 
 def test_not_a_replay_is_counted_and_suffixes_ignore_case(tmp_path):
@@ -139,8 +140,8 @@ def test_cut_tar_gz_records_the_member_it_cut_and_the_rest(tmp_path):
     rows = _rows(path, tmp_path)
     assert list(rows) == ["set.tar.gz::a.slp", "set.tar.gz::b.slp", f"set.tar.gz::{REST}"]
     assert rows["set.tar.gz::a.slp"][0] == big[0]
-    assert rows["set.tar.gz::b.slp"][0] is None and rows["set.tar.gz::b.slp"][1]
-    assert rows[f"set.tar.gz::{REST}"][1]
+    assert rows["set.tar.gz::b.slp"][0] is None and rows["set.tar.gz::b.slp"][1].startswith("EOFError: ")
+    assert rows[f"set.tar.gz::{REST}"][1].startswith("the archive cannot be read past this point: EOFError: ")
 
 
 def _inflate_prefix(data: bytes) -> bytes:
@@ -181,14 +182,17 @@ def test_7z_undecodable_stream_records_each_member_it_loses(tmp_path):
     path.write_bytes(bytes(raw))
     rows = _rows(path, tmp_path)
     assert set(rows) == {"set.7z::a.slp", "set.7z::b.slp", "set.7z::c.slp"}
-    assert all(data is None and error for data, error, _ in rows.values())
+    assert all(data is None and error.startswith("the 7z data cannot be decoded up to this member: ")
+               for data, error, _ in rows.values()), rows
 
 
 def test_unopenable_archive_is_one_input(tmp_path):
     for name in ("x.zip", "x.tar", "x.7z", "x.tar.gz"):
         (tmp_path / name).write_bytes(b"not an archive at all" * 10)
         rows = _rows(tmp_path / name, tmp_path)
-        assert list(rows) == [f"{name}::{REST}"] and rows[f"{name}::{REST}"][1]
+        kind = {"x.zip": "zip", "x.7z": "7z"}.get(name, "archive")
+        assert list(rows) == [f"{name}::{REST}"], rows
+        assert rows[f"{name}::{REST}"][1].startswith(f"the {kind} cannot be opened: "), rows
 
 
 @pytest.mark.parametrize("kind", ["zip", "tar", "tar.gz", "7z"])
