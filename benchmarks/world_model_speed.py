@@ -20,15 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from benchmarks.timing import seconds_per_call  # noqa: E402
-from models.world_model import (  # noqa: E402
-    BINARY_FIELDS,
-    CAT_FIELDS,
-    CONT_FIELDS,
-    CTRL_FEATURES,
-    FrameState,
-    WorldModel,
-    WorldModelConfig,
-)
+from models.world_model import FrameState, WorldModel, WorldModelConfig  # noqa: E402
+from pipelines.melee.features import BINARY_FIELDS, CAT_FIELDS, CONT_FIELDS, CTRL_FEATURES  # noqa: E402
 
 
 def random_frames(batch: int, frames: int, device) -> tuple[FrameState, torch.Tensor, torch.Tensor]:

@@ -1,8 +1,9 @@
 """Melee world model: per-frame state of both players, their controllers and projectiles → the next frame's state.
 
-The feature spec below is the contract between the frame shards, the model and the rollout: every field the model
-reads it also predicts (continuous fields as deltas of their scaled value, flags as logits, categorical fields as
-classes), so nothing goes stale when predictions are fed back. Inputs at frame t are the state of frame t and the
+The feature spec (``pipelines/melee/features.py``: layout, ``featurize``, ``unfeaturize`` and its version) is the
+contract between the frame shards, the model and the rollout: every field the model reads it also predicts
+(continuous fields as deltas of their scaled value, flags as logits, categorical fields as classes), so nothing goes
+stale when predictions are fed back. Inputs at frame t are the state of frame t and the
 controllers of frame t+1 (the inputs that produce frame t+1); the target is the state of frame t+1. The stage is a
 per-game constant and is read, not predicted; Nana (Ice Climbers' follower) is neither read nor predicted yet.
 
@@ -22,50 +23,10 @@ import torch
 from torch import nn
 
 from models.mamba2 import Mamba2, Mamba2Config
+from pipelines.melee.features import BINARY_FIELDS, CAT_FIELDS, CONT_FIELDS, CTRL_FEATURES, STAGES
 
-PLAYERS = ("p0", "p1")
-PROJECTILE_SLOTS = 4
-ACTION_STATES = 1024
-"""Action-state classes (ranked data holds ids up to ~525; character-specific states start at 341)."""
-
-_PLAYER_CONT = (("x", 100.0, 2.0), ("y", 100.0, 2.0), ("percent", 100.0, 10.0), ("shield", 60.0, 1.0),
-                ("state_age", 100.0, 1.0), ("hitlag", 10.0, 1.0), ("vel_self_x_air", 5.0, 0.5),
-                ("vel_self_y", 5.0, 0.5), ("vel_attack_x", 5.0, 0.5), ("vel_attack_y", 5.0, 0.5),
-                ("vel_self_x_ground", 5.0, 0.5), ("nearest_dx", 100.0, 5.0), ("nearest_dy", 100.0, 5.0))
-_SLOT_CONT = (("x", 100.0, 5.0), ("y", 100.0, 5.0), ("vx", 5.0, 0.5), ("vy", 5.0, 0.5))
-CONT_FIELDS: tuple[tuple[str, float, float], ...] = (
-    *((f"{p}.{name}", scale, step) for p in PLAYERS for name, scale, step in _PLAYER_CONT),
-    *((f"proj{k}.{name}", scale, step) for k in range(PROJECTILE_SLOTS) for name, scale, step in _SLOT_CONT),
-)
-"""(name, value scale, change scale) in game units: the model reads value / value scale and predicts the next
-frame's change / change scale (a frame moves a character ~1 unit; a value scale of 100 would make that 0.01)."""
 CHANGE_RATIO = torch.tensor([step / scale for _, scale, step in CONT_FIELDS])
 """Predicted change (change units) × this = change of the model's input value."""
-
-BINARY_FIELDS: tuple[str, ...] = (
-    *(f"{p}.{name}" for p in PLAYERS for name in ("airborne", "facing_right", "nearest_present")),
-    *(f"proj{k}.present" for k in range(PROJECTILE_SLOTS)),
-)
-
-_PLAYER_CAT = (("action", ACTION_STATES), ("character", 40), ("jumps", 9), ("l_cancel", 4), ("hurtbox", 4),
-               ("ground", 256), ("last_attack", 256), ("stocks", 9), ("combo", 33), ("nearest_type", 257))
-_SLOT_CAT = (("type", 257), ("state", 257), ("owner", 6))
-CAT_FIELDS: tuple[tuple[str, int], ...] = (
-    *((f"{p}.{name}", classes) for p in PLAYERS for name, classes in _PLAYER_CAT),
-    *((f"proj{k}.{name}", classes) for k in range(PROJECTILE_SLOTS) for name, classes in _SLOT_CAT),
-    ("num_projectiles", 17),
-)
-"""(name, classes) including class 0 = null."""
-
-BUTTON_BITS = (0x1, 0x2, 0x4, 0x8, 0x10, 0x20, 0x40, 0x100, 0x200, 0x400, 0x800, 0x1000)
-"""D-left, D-right, D-down, D-up, Z, R, L, A, B, X, Y, Start."""
-CTRL_ANALOG = ("main_x", "main_y", "c_x", "c_y", "trigger", "trigger_l", "trigger_r")
-CTRL_FEATURES = len(PLAYERS) * (len(BUTTON_BITS) + len(CTRL_ANALOG))
-STAGES = 64
-
-CONT_INDEX = {name: i for i, (name, _, _) in enumerate(CONT_FIELDS)}
-BINARY_INDEX = {name: i for i, name in enumerate(BINARY_FIELDS)}
-CAT_INDEX = {name: i for i, (name, _) in enumerate(CAT_FIELDS)}
 
 
 @dataclass(frozen=True, kw_only=True)

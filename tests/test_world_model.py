@@ -11,8 +11,9 @@ import pytest
 import torch
 from conftest import shared_data
 
-from models.world_model import CAT_INDEX, CONT_INDEX, WorldModel, WorldModelConfig
-from training.melee_windows import LoadFrameWindows, featurize, window_specs
+from models.world_model import WorldModel, WorldModelConfig
+from pipelines.melee.features import CAT_INDEX, CONT_INDEX, featurize
+from training.melee_windows import LoadFrameWindows, window_specs
 from training.world_model import WorldModelTrainConfig, evaluate, run, train_step, validation_windows
 from training.world_model_losses import split_window
 

@@ -17,24 +17,26 @@ import pytest
 import torch
 from conftest import shared_data
 
-from models.world_model import BINARY_INDEX, CAT_FIELDS, CAT_INDEX, CONT_INDEX, PLAYERS, WorldModel, WorldModelConfig
-from training.melee_windows import featurize
-from training.world_model_play import (
+from models.world_model import WorldModel, WorldModelConfig
+from pipelines.melee.features import BINARY_INDEX, CAT_FIELDS, CAT_INDEX, CONT_INDEX, PLAYERS, featurize
+from training.melee_env import MeleeWorldEnv
+from training.rollout_rules import (
     BLAST_ZONES,
     DEFAULT_BLAST_ZONE,
     Frame,
-    MeleeWorldEnv,
-    RandomPolicy,
     RolloutRules,
-    WorldModelSim,
     apply_rules,
     blast_zone,
+    non_null_argmax,
+)
+from training.world_model_play import main
+from training.world_model_rollout import (
+    RandomPolicy,
+    WorldModelSim,
     copy_last_frame,
     drift,
     game_row,
     load_seed,
-    main,
-    non_null_argmax,
     rollout,
     rollout_game_id,
     write_rollouts,

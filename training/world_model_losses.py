@@ -15,16 +15,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from models.world_model import (
-    BINARY_FIELDS,
-    CAT_FIELDS,
-    CAT_INDEX,
-    CHANGE_RATIO,
-    CONT_FIELDS,
-    CONT_INDEX,
-    FrameState,
-    Prediction,
-)
+from models.world_model import CHANGE_RATIO, FrameState, Prediction
+from pipelines.melee.features import BINARY_FIELDS, CAT_FIELDS, CAT_INDEX, CONT_FIELDS, CONT_INDEX
 
 HUBER_BETA = 1.0
 """Continuous changes (in change units) use a Huber loss: respawns and teleports make rare huge changes that would
