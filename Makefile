@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.replayforge-installed
 OUT ?= out
 
-.PHONY: setup demo test lint clean-out
+.PHONY: setup setup-gpu demo test lint clean-out
 
 setup: $(STAMP) node_modules/pokemon-showdown/package.json
 
@@ -16,6 +16,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet "torch==2.13.0"
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
+
+# A CUDA machine: torch's CUDA build from PyPI (not the pinned CPU wheel), then mamba-ssm compiled against it
+# (pyproject.toml's gpu extra says why --no-build-isolation). `make -n setup-gpu` prints the commands.
+setup-gpu:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install "torch>=2.9,<2.16" packaging ninja wheel setuptools
+	$(PY) -m pip install -e ".[dev]"
+	MAX_JOBS=$${MAX_JOBS:-4} $(PY) -m pip install --no-build-isolation -e ".[gpu]"
+	$(PY) -c "from models.mamba2 import fused_unavailable_reason as r; import sys; print(r() or 'fused Mamba-2 scan: ok'); sys.exit(bool(r()))"
 
 node_modules/pokemon-showdown/package.json: package.json package-lock.json
 	npm ci --omit=optional --no-audit --no-fund --loglevel=error

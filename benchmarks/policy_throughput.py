@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from benchmarks.timing import seconds_per_call  # noqa: E402
+from benchmarks.timing import peak_memory, reset_peak_memory, seconds_per_call  # noqa: E402
 
 PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 """Dense bf16 tensor-core peaks (SXM parts) from NVIDIA's data sheets."""
@@ -33,7 +33,7 @@ def flops_per_token(model: nn.Module, n_layers: int, context: int, d_model: int)
     return 6.0 * weights + 12.0 * n_layers * context * d_model
 
 
-def measure(preset: str, device: torch.device, batch: int, context: int, steps: int) -> dict:
+def measure(preset: str, device: torch.device, batch: int, context: int, steps: int, compile: bool = False) -> dict:
     from models.pokemon_policy import PokemonPolicy, PolicyConfig
     from pipelines.pokemon.observation import vocabulary
     from shards_schema.pokemon import OBS_NUMERIC, OBS_WORDS
@@ -42,6 +42,9 @@ def measure(preset: str, device: torch.device, batch: int, context: int, steps: 
     torch.manual_seed(0)
     cfg = PolicyConfig.preset(preset, len(vocabulary()))
     model = PokemonPolicy(cfg).to(device)
+    if compile:
+        model.compile()  # in place, as the trainers' --compile: parameter names unchanged
+    reset_peak_memory(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     batch_data = {
         "tokens": torch.randint(2, cfg.vocab_size, (batch, context, OBS_WORDS), device=device),
@@ -68,7 +71,8 @@ def measure(preset: str, device: torch.device, batch: int, context: int, steps: 
     name = torch.cuda.get_device_name(device) if cuda else "CPU"
     peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
     return {"preset": preset, "parameters": model.num_parameters(), "tokens_per_s": tokens_per_s,
-            "flops_per_token": per_token, "mfu": per_token * tokens_per_s / peak if peak else None, "device": name}
+            "flops_per_token": per_token, "mfu": per_token * tokens_per_s / peak if peak else None, "device": name,
+            "memory": peak_memory(device)}
 
 
 def main() -> None:
@@ -78,17 +82,18 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--context", type=int, default=128)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (nn.Module.compile)")
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     for preset in args.presets:
-        r = measure(preset, device, args.batch, args.context, args.steps)
+        r = measure(preset, device, args.batch, args.context, args.steps, args.compile)
         mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a (no known peak)"
         print(f"{r['device']}: {preset} ({r['parameters'] / 1e6:.1f}M parameters), batch {args.batch} x "
               f"{args.context} turns: {r['tokens_per_s']:,.0f} tokens/s, {r['flops_per_token'] / 1e6:.1f} MFLOP/token, "
-              f"MFU {mfu}")
+              f"MFU {mfu}, {r['memory']}{', compiled' if args.compile else ''}")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from benchmarks.timing import seconds_per_call  # noqa: E402
+from benchmarks.timing import peak_memory, reset_peak_memory, seconds_per_call  # noqa: E402
 from models.world_model import FrameState, WorldModel, WorldModelConfig  # noqa: E402
 from pipelines.melee.features import BINARY_FIELDS, CAT_FIELDS, CONT_FIELDS, CTRL_FEATURES  # noqa: E402
 
@@ -44,8 +44,8 @@ def training_frames_per_s(model, device, batch: int, context: int, steps: int) -
     window = {"cont": state.cont, "cont_valid": state.cont_valid, "binary": state.binary,
               "binary_valid": torch.ones_like(state.binary, dtype=torch.bool), "cat": state.cat, "ctrl": ctrl,
               "stage": stage, "valid": torch.ones(batch, context + 1, dtype=torch.bool, device=device)}
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     cuda = device.type == "cuda"
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda or None)  # as training/fit.Learner
 
     def one():
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=cuda):
@@ -88,6 +88,9 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=64)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--rollout-frames", type=int, default=120)
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (nn.Module.compile)")
+    parser.add_argument("--require-fused", action="store_true",
+                        help="fail unless mamba_ssm's fused scan runs (CUDA with mamba-ssm installed)")
     args = parser.parse_args()
     device = torch.device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
@@ -95,14 +98,20 @@ def main() -> None:
     for preset in args.presets:
         for backbone in args.backbones:
             torch.manual_seed(0)
-            cfg = WorldModelConfig.preset(preset, backbone=backbone, use_fused=device.type == "cuda")
+            fused = device.type == "cuda" or args.require_fused
+            cfg = WorldModelConfig.preset(preset, backbone=backbone, use_fused=fused,
+                                          require_fused=args.require_fused and backbone == "mamba2")
             model = WorldModel(cfg).to(device)
+            if args.compile:
+                model.compile()
+            reset_peak_memory(device)
             train = training_frames_per_s(model, device, args.batch, args.context, args.steps)
+            train_memory = peak_memory(device)
             single = rollout_frames_per_s(model, device, 1, args.rollout_frames)
             batched = rollout_frames_per_s(model, device, 64, max(10, args.rollout_frames // 4))
             print(f"{preset:5s} {backbone:6s} {model.num_parameters() / 1e6:6.2f}M params: training {train:10,.0f} "
                   f"frames/s (batch {args.batch} x {args.context}); rollout {single:8,.0f} frames/s (1 game), "
-                  f"{batched:10,.0f} frames/s (64 games)")
+                  f"{batched:10,.0f} frames/s (64 games); training {train_memory}")
 
 
 if __name__ == "__main__":

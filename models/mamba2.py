@@ -222,8 +222,9 @@ def ssd_chunked(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Ten
     return y[:, :seqlen], final_state
 
 
-FUSED_INSTALL = ("pip install --no-build-isolation 'mamba-ssm>=2.3.2' (in an environment that already has a CUDA "
-                 "build of torch >= 2.9, packaging, ninja, wheel and setuptools; see pyproject.toml's gpu extra)")
+FUSED_INSTALL = ("`make setup-gpu`, or pip install --no-build-isolation 'mamba-ssm>=2.3.2' in an environment that "
+                 "already has a CUDA build of torch >= 2.9, packaging, ninja, wheel and setuptools (pyproject.toml's "
+                 "gpu extra says why)")
 """How to install the fused kernels: quoted in the ``require_fused`` error."""
 
 _warned_fallback = False  # the fallback warning goes out once per process, however many blocks are built
