@@ -1,0 +1,175 @@
+"""PPO's learner side: the hyperparameters (one shared set; ``test`` and ``full`` differ only in length and cadence),
+the rollout a learner trains on, and one update over it in minibatches of whole sequences.
+
+A ``Rollout`` holds only the learning agent's own steps: an environment runner records the agent's observations,
+actions and rewards and never the opponent's, so the learner cannot train on the opponent's transitions (the opponent
+appears only inside the agent's observations, through the strategy encoder's window). The math is
+``training/ppo_losses.py``; the policy ``models/ppo_policy.py``; the optimizer step ``training/fit.Learner``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from training import ppo_losses as P
+
+
+@dataclass(frozen=True, kw_only=True)
+class PPOConfig:
+    """PPO hyperparameters.
+
+    Attributes:
+        num_envs: environments stepped per runner update.
+        rollout_steps: steps per environment between updates (T).
+        updates: PPO updates of the whole run.
+        epochs: passes over each rollout.
+        seq_len: steps per training sequence (the LSTM is unrolled over it from the stored state); divides T.
+        num_minibatches: minibatches per epoch (of whole sequences).
+        lr: learning rate at update 0 (annealed linearly to ``final_lr_share`` × lr).
+        final_lr_share: share of ``lr`` left at the last update.
+        gamma: discount factor.
+        gae_lambda: GAE λ.
+        clip: surrogate clip ε.
+        value_clip: value-update clip (None: unclipped).
+        value_weight: weight of the value loss.
+        entropy_weight: weight of the entropy bonus.
+        grad_clip: largest gradient norm.
+        target_kl: stop an update's epochs early once the approximate KL passes it (None: never).
+        checkpoint_every: updates between checkpoints.
+        seed: seed of minibatch order and of the league's draws.
+    """
+
+    num_envs: int = 8
+    rollout_steps: int = 64
+    updates: int = 2000
+    epochs: int = 4
+    seq_len: int = 16
+    num_minibatches: int = 4
+    lr: float = 3e-4
+    final_lr_share: float = 0.0
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip: float = 0.2
+    value_clip: float | None = 0.2
+    value_weight: float = 0.5
+    entropy_weight: float = 0.01
+    grad_clip: float = 0.5
+    target_kl: float | None = None
+    checkpoint_every: int = 50
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.rollout_steps % self.seq_len:
+            raise ValueError(f"--rollout-steps {self.rollout_steps} must be a multiple of --seq-len {self.seq_len}")
+        chunks = self.num_envs * self.rollout_steps // self.seq_len
+        if not 1 <= self.num_minibatches <= chunks:
+            raise ValueError(f"--num-minibatches must be 1..{chunks} (sequences per rollout)")
+
+    @classmethod
+    def full(cls, **overrides) -> PPOConfig:
+        """The full run's hyperparameters."""
+        return cls(**overrides)
+
+    @classmethod
+    def test(cls, **overrides) -> PPOConfig:
+        """The same hyperparameters as ``full``, over a few updates with frequent checkpoints (what works small
+        works large: only ``TEST_ONLY`` fields differ, tested)."""
+        return dataclasses.replace(cls.full(), **{"updates": 4, "checkpoint_every": 2, **overrides})
+
+
+TEST_ONLY = ("updates", "checkpoint_every")
+"""The only fields ``PPOConfig.test`` changes from ``PPOConfig.full``: the run's length and checkpoint cadence."""
+
+
+@dataclass
+class Rollout:
+    """T steps of N environments from the learning agent's side, time-major.
+
+    Attributes:
+        obs: (T, N, d_obs) observation features.
+        opponent: (T, N, K, d_obs) the opponent's last K observations at each step.
+        opponent_valid: (T, N, K) bool.
+        legal: (T, N, A) bool legal actions.
+        episode_start: (T, N) bool: the step is an episode's first (the LSTM state is zeroed before it).
+        actions: (T, N) actions taken.
+        logp: (T, N) their log-probabilities under the policy that acted.
+        values: (T, N) its value estimates.
+        rewards: (T, N) rewards after each step.
+        terminated: (T, N) bool: the episode really ended there.
+        truncated: (T, N) bool: a time limit cut it there (bootstrapped).
+        next_values: (T, N) value of the observation after each step (the final observation where truncated, the
+            next rollout's first for the last step).
+        states: ((T, N, d_lstm), (T, N, d_lstm)) the LSTM state (h, c) before each step, as the runner had it.
+    """
+
+    obs: torch.Tensor
+    opponent: torch.Tensor
+    opponent_valid: torch.Tensor
+    legal: torch.Tensor
+    episode_start: torch.Tensor
+    actions: torch.Tensor
+    logp: torch.Tensor
+    values: torch.Tensor
+    rewards: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    next_values: torch.Tensor
+    states: tuple[torch.Tensor, torch.Tensor]
+
+
+def sequences(x: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """(T, N, ...) → (N · T/seq_len, seq_len, ...): each environment's steps cut into consecutive chunks, chunk id
+    ``env × chunks_per_env + chunk`` (``ppo_losses.sequence_minibatches``' numbering)."""
+    t, n = x.shape[:2]
+    per_env = x.transpose(0, 1)  # (N, T, ...)
+    return per_env.reshape(n * (t // seq_len), seq_len, *x.shape[2:])
+
+
+def sequence_loss(policy, chunk: dict, cfg: PPOConfig):
+    """(loss, parts) of a minibatch of sequences (each ``(B, seq_len, ...)`` from ``sequences``)."""
+    out = policy(chunk["obs"], chunk["opponent"], chunk["opponent_valid"], chunk["episode_start"], chunk["legal"],
+                 (chunk["h0"], chunk["c0"]))
+    log_probs = torch.log_softmax(out.logits.float(), dim=-1)
+    logp = log_probs.gather(-1, chunk["actions"][..., None]).squeeze(-1)
+    advantages = P.normalize_advantages(chunk["advantages"])
+    actor = P.policy_loss(logp, chunk["logp"], advantages, cfg.clip)
+    critic = P.value_loss(out.values.float(), chunk["values"], chunk["returns"], cfg.value_clip)
+    entropy = P.entropy(out.logits)
+    loss = actor + cfg.value_weight * critic - cfg.entropy_weight * entropy
+    return loss, {"policy_loss": actor, "value_loss": critic, "entropy": entropy,
+                  "approx_kl": P.approx_kl(logp.detach(), chunk["logp"]),
+                  "clip_fraction": P.clip_fraction(logp.detach(), chunk["logp"], cfg.clip)}
+
+
+def update(learner, rollout: Rollout, cfg: PPOConfig, update_index: int, generator: torch.Generator) -> dict:
+    """One PPO update on a rollout: GAE, then ``epochs`` passes of minibatches of whole sequences through
+    ``learner.step`` (a ``training/fit.Learner``), the learning rate annealed for ``update_index``. Returns the last
+    epoch's mean of each logged part and the epochs run."""
+    advantages, returns = P.gae(rollout.rewards, rollout.values, rollout.next_values, rollout.terminated,
+                                rollout.truncated, cfg.gamma, cfg.gae_lambda)
+    fields = {"obs": rollout.obs, "opponent": rollout.opponent, "opponent_valid": rollout.opponent_valid,
+              "legal": rollout.legal, "episode_start": rollout.episode_start, "actions": rollout.actions,
+              "logp": rollout.logp, "values": rollout.values, "advantages": advantages, "returns": returns}
+    chunks = {k: sequences(v, cfg.seq_len) for k, v in fields.items()}
+    h, c = (sequences(s, cfg.seq_len)[:, 0] for s in rollout.states)  # the state before each chunk's first step
+    chunks["h0"], chunks["c0"] = h, c
+    for group in learner.optimizer.param_groups:
+        group["lr"] = P.annealed_lr(cfg.lr, update_index, cfg.updates, cfg.final_lr_share)
+    num_envs = rollout.obs.shape[1]
+    epochs_run, sums = 0, {}
+    for _ in range(cfg.epochs):
+        sums = {}
+        batches = P.sequence_minibatches(num_envs, rollout.obs.shape[0], cfg.seq_len, cfg.num_minibatches,
+                                         generator)
+        for ids in batches:
+            parts = learner.step(lambda model, batch: sequence_loss(model, batch, cfg),
+                                 {k: v[ids] for k, v in chunks.items()})
+            for k, v in parts.items():
+                sums[k] = sums.get(k, 0.0) + float(v) / len(batches)
+        epochs_run += 1
+        if cfg.target_kl is not None and sums["approx_kl"] > cfg.target_kl:
+            break
+    return {**sums, "epochs": epochs_run, "lr": learner.optimizer.param_groups[0]["lr"]}
