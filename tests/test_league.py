@@ -41,6 +41,7 @@ def test_snapshots_are_taken_on_cadence_and_the_oldest_dropped():
 def test_elo_by_hand_with_a_fixed_anchor():
     league = League(LeagueConfig(strong=("heuristic",), weak=("random",), elo_k=32))
     name = league.add_snapshot(1, {})
+    assert league.ratings[name] == league.ratings["learner"] == 1000.0  # a snapshot starts where the learner is
     league.record(name, "random", 1.0)  # equal ratings: expected 0.5, +16 for the snapshot, the anchor stays
     assert league.ratings[name] == pytest.approx(1016.0)
     assert league.ratings["random"] == 1000.0
@@ -48,7 +49,9 @@ def test_elo_by_hand_with_a_fixed_anchor():
     expected = elo_expected(1016.0, 1000.0)
     assert league.ratings[name] == pytest.approx(1016.0 - 32 * expected)
     assert league.ratings["heuristic"] == pytest.approx(1000.0 + 32 * expected)
-    assert league.games == {"heuristic": 1, "random": 1, name: 2}
+    assert league.games == {"heuristic": 1, "random": 1, name: 2, "learner": 0}
+    league.record("learner", "heuristic", 1.0)
+    assert league.add_snapshot(2, {}) and league.ratings["snapshot-000002"] == league.ratings["learner"] > 1000.0
     with pytest.raises(KeyError, match="not in the league"):
         league.record(name, "nobody", 1.0)
 

@@ -16,6 +16,9 @@ import random
 from dataclasses import dataclass, field
 
 OPPONENT_KINDS = ("snapshot", "strong", "weak")
+LEARNER = "learner"
+"""The learning policy's name in the ratings: its games are recorded under it, and each snapshot starts at its
+rating, so the snapshots' ratings trace the learner's over time."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,9 +80,9 @@ class League:
     games: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self):
-        for bot in (*self.cfg.weak, *self.cfg.strong):
-            self.ratings.setdefault(bot, self.cfg.anchor_rating)
-            self.games.setdefault(bot, 0)
+        for player in (*self.cfg.weak, *self.cfg.strong, LEARNER):
+            self.ratings.setdefault(player, self.cfg.anchor_rating)
+            self.games.setdefault(player, 0)
 
     @property
     def anchor(self) -> str:
@@ -90,12 +93,11 @@ class League:
         return update % self.cfg.snapshot_every == 0
 
     def add_snapshot(self, update: int, weights: dict) -> str:
-        """Keep the policy's weights (a state_dict, copied by the caller) as ``snapshot-<update>``; it starts at
-        the newest earlier snapshot's rating (else the anchor's). Drops the oldest beyond ``max_snapshots``."""
+        """Keep the policy's weights (a state_dict, copied by the caller) as ``snapshot-<update>``, rated as the
+        learner is now (its games so far are this snapshot's past). Drops the oldest beyond ``max_snapshots``."""
         name = f"snapshot-{update:06d}"
-        previous = self.latest_snapshot()
         self.snapshots[name] = weights
-        self.ratings[name] = self.ratings[previous] if previous else self.cfg.anchor_rating
+        self.ratings[name] = self.ratings[LEARNER]
         self.games[name] = 0
         while len(self.snapshots) > self.cfg.max_snapshots:
             oldest = min(self.snapshots)

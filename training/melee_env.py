@@ -109,5 +109,12 @@ class MeleeWorldEnv:
         lost = [max(0, before.stocks(i) - after.stocks(i)) for i in range(len(PLAYERS))]
         return float(self.reward_per_percent * (damage[1] - damage[0]) + (lost[1] - lost[0]))
 
+    @property
+    def frame(self) -> Frame:
+        """The current frame (model units), as the rollout rules left it."""
+        if self._sim is None:
+            raise RuntimeError("call reset() first")
+        return self._sim.frame
+
     def close(self) -> None:
         self._sim = None

@@ -22,17 +22,17 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # runs as a plain script and under `ray job submit --working-dir .`
     sys.path.insert(0, str(REPO_ROOT))
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from models.world_model import WorldModel  # noqa: E402
-from pipelines.melee.features import CTRL_FEATURES, featurize  # noqa: E402
 from training.world_model_rollout import (  # noqa: E402
     RandomPolicy,
     drift_table,
     format_drift,
     game_row,
     load_seed,
+    real_frames,
+    replay_controllers,
     rollout,
     rollout_game_id,
     write_rollouts,
@@ -106,21 +106,6 @@ def load_play_model(cfg: PlayConfig) -> tuple[WorldModel, str]:
         torch.manual_seed(cfg.seed)
         return WorldModel(WorldModelConfig.preset(cfg.preset)).eval(), f"untrained-{cfg.preset}-seed{cfg.seed}"
     return load_model(cfg.checkpoint), f"sha256:{sha256_file(state_file(cfg.checkpoint))}"
-
-
-def replay_controllers(version, game: dict, first_frame: int, num_frames: int) -> np.ndarray:
-    """The game's recorded controller features of ``num_frames`` frames from ``first_frame``; neutral past its end."""
-    available = max(0, min(num_frames, game["first_frame"] + game["num_rows"] - first_frame))
-    out = np.zeros((num_frames, CTRL_FEATURES), np.float32)
-    if available:
-        out[:available] = featurize(version.window(game["game_id"], first_frame, available))["ctrl"]
-    return out
-
-
-def real_frames(version, game: dict, first_frame: int, num_frames: int) -> dict[str, np.ndarray]:
-    """The real game's ``featurize`` arrays of up to ``num_frames`` frames from ``first_frame``."""
-    available = max(0, min(num_frames, game["first_frame"] + game["num_rows"] - first_frame))
-    return featurize(version.window(game["game_id"], first_frame, available))
 
 
 def run(cfg: PlayConfig, *, log=print):

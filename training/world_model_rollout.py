@@ -165,6 +165,21 @@ def rollout(model: WorldModel, seed: dict, controllers: np.ndarray | tuple[Polic
                    game=dict(seed.get("game") or {}), seed_start=int(seed.get("seed_start", -123)))
 
 
+def replay_controllers(version, game: dict, first_frame: int, num_frames: int) -> np.ndarray:
+    """The game's recorded controller features of ``num_frames`` frames from ``first_frame``; neutral past its end."""
+    available = max(0, min(num_frames, game["first_frame"] + game["num_rows"] - first_frame))
+    out = np.zeros((num_frames, CTRL_FEATURES), np.float32)
+    if available:
+        out[:available] = featurize(version.window(game["game_id"], first_frame, available))["ctrl"]
+    return out
+
+
+def real_frames(version, game: dict, first_frame: int, num_frames: int) -> dict[str, np.ndarray]:
+    """The real game's ``featurize`` arrays of up to ``num_frames`` frames from ``first_frame``."""
+    available = max(0, min(num_frames, game["first_frame"] + game["num_rows"] - first_frame))
+    return featurize(version.window(game["game_id"], first_frame, available))
+
+
 def load_seed(version, game_id: str, seed_start: int | None, seed_frames: int) -> dict:
     """Seed arrays of ``seed_frames`` frames of a game from a shard version (``seed_start``: a frame number, None:
     the game's first frame), with its stage and index row."""

@@ -1,0 +1,120 @@
+"""Self-play pieces in the world model: discrete controller actions in featurize's layout, each player seeing itself
+first, zero-sum reward terms."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pipelines.melee.features import BUTTON_BITS, CAT_FIELDS, CAT_INDEX, CONT_FIELDS, CONT_INDEX, CTRL_PER_PLAYER
+from training.melee_selfplay import (
+    CONTROLLER_ACTIONS,
+    NUM_ACTIONS,
+    OBS_WIDTH,
+    controller,
+    frame_vector,
+    reward_terms,
+)
+from training.rollout_rules import Frame, normalize_controller
+
+
+def _frame(percent=(10.0, 50.0), stocks=(4, 3)) -> Frame:
+    cont = np.zeros(len(CONT_FIELDS), np.float32)
+    cont[CONT_INDEX["p0.percent"]], cont[CONT_INDEX["p1.percent"]] = percent[0] / 100, percent[1] / 100
+    cont[CONT_INDEX["p0.x"]], cont[CONT_INDEX["p1.x"]] = -0.3, 0.4
+    cat = np.ones(len(CAT_FIELDS), np.int64)
+    cat[CAT_INDEX["p0.stocks"]], cat[CAT_INDEX["p1.stocks"]] = stocks[0] + 1, stocks[1] + 1
+    binary = np.zeros(10, np.float32)
+    return Frame(cont=cont, cont_valid=np.ones(len(CONT_FIELDS), bool), binary=binary,
+                 binary_valid=np.ones(10, bool), cat=cat)
+
+
+def test_actions_are_controllers_the_shards_could_hold():
+    assert NUM_ACTIONS == len({name for name, *_ in CONTROLLER_ACTIONS})  # names unique
+    for action in range(NUM_ACTIONS):
+        ctrl = controller(action)
+        assert ctrl.shape == (CTRL_PER_PLAYER,)
+        np.testing.assert_array_equal(normalize_controller(np.concatenate([ctrl, ctrl]))[:CTRL_PER_PLAYER], ctrl)
+    jump_right = controller([n for n, *_ in CONTROLLER_ACTIONS].index("jump right"))
+    assert jump_right[BUTTON_BITS.index(0x400)] == 1.0 and jump_right[len(BUTTON_BITS)] == 1.0  # X, main_x = 1
+
+
+def test_each_player_sees_itself_first():
+    frame = _frame()
+    me, them = frame_vector(frame, 0), frame_vector(frame, 1)
+    assert me.shape == (OBS_WIDTH,) and OBS_WIDTH % 8 == 0
+    p0, p1 = CONT_INDEX["p0.percent"], CONT_INDEX["p1.percent"]
+    assert (me[p0], me[p1]) == pytest.approx((0.1, 0.5)) and (them[p0], them[p1]) == pytest.approx((0.5, 0.1))
+    swapped = _frame(percent=(50.0, 10.0), stocks=(3, 4))
+    swapped.cont[CONT_INDEX["p0.x"]], swapped.cont[CONT_INDEX["p1.x"]] = 0.4, -0.3
+    np.testing.assert_allclose(frame_vector(swapped, 0), them)  # p1's view of a frame = p0's of the mirrored one
+
+
+def test_reward_terms_are_zero_sum():
+    before, after = _frame(percent=(10.0, 50.0), stocks=(4, 3)), _frame(percent=(22.0, 50.0), stocks=(4, 2))
+    mine, theirs = reward_terms(before, after, 0), reward_terms(before, after, 1)
+    assert (mine.damage_taken, mine.damage_dealt, mine.stocks_taken, mine.stocks_lost) == pytest.approx((12, 0, 1, 0))
+    assert mine.total(0.01) == pytest.approx(-theirs.total(0.01)) and mine.total(0.01) == pytest.approx(0.88)
+
+
+@pytest.fixture(scope="module")
+def synthetic_frames(ray_local, tmp_path_factory):
+    """A melee_frames version of synthetic games (no ../shared needed)."""
+    from pipelines.parse_replays import ParseConfig
+    from pipelines.parse_replays import run as parse
+
+    return parse(ParseConfig.tiny(source="slp", out=str(tmp_path_factory.mktemp("melee")), num_battles=2),
+                 log=lambda *_: None).path
+
+
+def test_a_runner_returns_the_learners_side_only_and_bootstraps_time_limits(synthetic_frames):
+    """Against each opponent kind: the rollout holds one learner action per game and step (never the opponent's),
+    the LSTM states it acted with, and at a time limit the value of the frame it stopped on."""
+    import itertools
+
+    import torch
+
+    from models.ppo_policy import RecurrentPolicy, RecurrentPolicyConfig
+    from models.world_model import WorldModel, WorldModelConfig
+    from training.fit import Learner
+    from training.league import Opponent
+    from training.melee_selfplay import MeleeRunner
+    from training.ppo import PPOConfig, update
+
+    torch.manual_seed(0)
+    world = WorldModel(WorldModelConfig.preset("tiny")).eval()
+    cfg = RecurrentPolicyConfig(d_obs=OBS_WIDTH, num_actions=NUM_ACTIONS, opponent_window=3, d_strategy=16,
+                                strategy_heads=4, num_latents=2, d_lstm=16)
+    learner_policy = RecurrentPolicy(cfg)
+    kinds = itertools.cycle([Opponent("snapshot", "snapshot-000001"), Opponent("strong", "replay"),
+                             Opponent("weak", "random")])
+    drawn = []
+
+    def draw():
+        drawn.append(next(kinds))
+        return drawn[-1]
+
+    runner = MeleeRunner(world, synthetic_frames, cfg, num_envs=2, seed=0, seed_frames=20, max_frames=4,
+                         draw_opponent=draw, snapshot_weights=lambda name: learner_policy.state_dict())
+    rollout, episodes = runner.collect(learner_policy.state_dict(), steps=8)
+    assert rollout.actions.shape == (8, 2) and rollout.obs.shape == (8, 2, OBS_WIDTH)
+    assert int(rollout.actions.min()) >= 0 and int(rollout.actions.max()) < NUM_ACTIONS
+    assert len(episodes) == 4 and all(e.truncated and e.frames == 4 for e in episodes)  # 2 games × 2 time limits
+    assert {e.opponent.kind for e in episodes} == {"snapshot", "strong", "weak"}
+    assert rollout.truncated.sum() == 4 and not rollout.terminated.any()
+    assert rollout.episode_start[0].all() and rollout.episode_start[4].all()  # new games after each time limit
+    # each game's reward terms add up to its reward
+    for e in episodes:
+        total = 0.01 * (e.terms["damage_dealt"] - e.terms["damage_taken"]) + e.terms["stocks_taken"] - \
+            e.terms["stocks_lost"]
+        assert e.reward == pytest.approx(total, abs=1e-5) and e.score in (0.0, 0.5, 1.0)
+    # the states recorded are the ones the learner acted with: zero at each game's first step
+    assert torch.count_nonzero(rollout.states[0][1]) > 0
+    # and the rollout trains
+    ppo = PPOConfig.test(num_envs=2, rollout_steps=8, seq_len=4, num_minibatches=2)
+    learner = Learner(learner_policy, lr=ppo.lr, weight_decay=0.0, grad_clip=ppo.grad_clip,
+                      device=torch.device("cpu"))
+    metrics = update(learner, rollout, ppo, 0, torch.Generator().manual_seed(0))
+    assert math.isfinite(metrics["policy_loss"]) and math.isfinite(metrics["value_loss"])

@@ -1,0 +1,381 @@
+"""Self-play in the Melee world model: a discrete set of controller inputs, what one player sees (the frame from its
+own side), reward terms one by one, and the opponents a league draws (snapshots of the policy, a random controller,
+the replay's recorded controller).
+
+Both players see the same frame (Melee hides nothing), but a policy shared by both sides must see itself first:
+``frame_vector`` swaps p0's and p1's fields for player 1. The reward is zero-sum per frame and kept as its terms
+(damage dealt, damage taken, stocks taken, stocks lost), so metrics can show each; the total is
+``reward_per_percent`` × (dealt − taken) + stocks taken − stocks lost, as ``MeleeWorldEnv.reward``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipelines.melee.features import (
+    BINARY_FIELDS,
+    BUTTON_BITS,
+    CAT_FIELDS,
+    CONT_FIELDS,
+    CTRL_PER_PLAYER,
+    PLAYERS,
+)
+from training.rollout_rules import CLASSES, Frame
+
+A, B, X, Z, L, R = 0x100, 0x200, 0x400, 0x10, 0x40, 0x20
+CONTROLLER_ACTIONS: tuple[tuple[str, tuple[int, ...], float, float, float, float, float], ...] = (
+    # (name, buttons, main_x, main_y, c_x, c_y, trigger)
+    ("neutral", (), 0.0, 0.0, 0.0, 0.0, 0.0),
+    ("left", (), -1.0, 0.0, 0.0, 0.0, 0.0),
+    ("right", (), 1.0, 0.0, 0.0, 0.0, 0.0),
+    ("crouch", (), 0.0, -1.0, 0.0, 0.0, 0.0),
+    ("jump", (X,), 0.0, 0.0, 0.0, 0.0, 0.0),
+    ("jump left", (X,), -1.0, 0.0, 0.0, 0.0, 0.0),
+    ("jump right", (X,), 1.0, 0.0, 0.0, 0.0, 0.0),
+    ("jab", (A,), 0.0, 0.0, 0.0, 0.0, 0.0),
+    ("forward tilt left", (A,), -0.5, 0.0, 0.0, 0.0, 0.0),
+    ("forward tilt right", (A,), 0.5, 0.0, 0.0, 0.0, 0.0),
+    ("up tilt", (A,), 0.0, 0.5, 0.0, 0.0, 0.0),
+    ("down tilt", (A,), 0.0, -0.5, 0.0, 0.0, 0.0),
+    ("smash left", (), 0.0, 0.0, -1.0, 0.0, 0.0),
+    ("smash right", (), 0.0, 0.0, 1.0, 0.0, 0.0),
+    ("up smash", (), 0.0, 0.0, 0.0, 1.0, 0.0),
+    ("down smash", (), 0.0, 0.0, 0.0, -1.0, 0.0),
+    ("neutral special", (B,), 0.0, 0.0, 0.0, 0.0, 0.0),
+    ("side special left", (B,), -1.0, 0.0, 0.0, 0.0, 0.0),
+    ("side special right", (B,), 1.0, 0.0, 0.0, 0.0, 0.0),
+    ("up special", (B,), 0.0, 1.0, 0.0, 0.0, 0.0),
+    ("down special", (B,), 0.0, -1.0, 0.0, 0.0, 0.0),
+    ("shield", (R,), 0.0, 0.0, 0.0, 0.0, 1.0),
+    ("grab", (Z,), 0.0, 0.0, 0.0, 0.0, 0.0),
+    ("roll left", (R,), -1.0, 0.0, 0.0, 0.0, 1.0),
+    ("roll right", (R,), 1.0, 0.0, 0.0, 0.0, 1.0),
+)
+"""The agent's discrete choices, each held for one frame: movement, jumps, the A attacks (tilts at half a stick),
+smashes on the c-stick, specials, shield, grab and rolls. Triggers press fully (digital R plus analog 1.0)."""
+NUM_ACTIONS = len(CONTROLLER_ACTIONS)
+
+
+def controller(action: int) -> np.ndarray:
+    """Controller features (``CTRL_PER_PLAYER``,) of a discrete action, in ``featurize``'s layout: 12 buttons,
+    main x/y, c x/y, trigger (the larger of L and R), physical L, physical R."""
+    _, buttons, main_x, main_y, c_x, c_y, trigger = CONTROLLER_ACTIONS[action]
+    out = np.zeros(CTRL_PER_PLAYER, np.float32)
+    for bit in buttons:
+        out[BUTTON_BITS.index(bit)] = 1.0
+    n = len(BUTTON_BITS)
+    out[n:n + 7] = (main_x, main_y, c_x, c_y, trigger, 0.0, trigger)  # physical R carries the shield press
+    return out
+
+
+def _swap(names: list[str]) -> np.ndarray:
+    """The permutation that puts p1's fields where p0's are and back (other fields stay)."""
+    other = {"p0": "p1", "p1": "p0"}
+    where = {name: i for i, name in enumerate(names)}
+    return np.array([where.get(other.get(n.split(".")[0], "") + n[2:], i) if n.split(".")[0] in other else i
+                     for i, n in enumerate(names)])
+
+
+_CONT_SWAP = _swap([name for name, _, _ in CONT_FIELDS])
+_BINARY_SWAP = _swap(list(BINARY_FIELDS))
+_CAT_SWAP = _swap([name for name, _ in CAT_FIELDS])
+OBS_DIM = 2 * len(CONT_FIELDS) + 2 * len(BINARY_FIELDS) + len(CAT_FIELDS)
+"""Per frame: continuous values and their validity, flags and theirs, categorical ids scaled to [0, 1]."""
+OBS_PAD = (-OBS_DIM) % 8  # a multiple of 8, so the policy's attention heads divide it
+OBS_WIDTH = OBS_DIM + OBS_PAD
+
+
+def frame_vector(frame: Frame, player: int) -> np.ndarray:
+    """(OBS_WIDTH,) features of a frame as ``player`` (0 = p0, 1 = p1) sees it: its own fields first."""
+    cont, cont_valid, binary, binary_valid, cat = (frame.cont, frame.cont_valid, frame.binary, frame.binary_valid,
+                                                   frame.cat)
+    if player == 1:
+        cont, cont_valid = cont[_CONT_SWAP], cont_valid[_CONT_SWAP]
+        binary, binary_valid, cat = binary[_BINARY_SWAP], binary_valid[_BINARY_SWAP], cat[_CAT_SWAP]
+    scaled = cat / (CLASSES - 1)
+    return np.concatenate([np.where(cont_valid, cont, 0.0), cont_valid, binary * binary_valid, binary_valid, scaled,
+                           np.zeros(OBS_PAD)]).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class RewardTerms:
+    """One frame's reward terms for one player (damage in percent, stocks as counts)."""
+
+    damage_dealt: float
+    damage_taken: float
+    stocks_taken: int
+    stocks_lost: int
+
+    def total(self, reward_per_percent: float) -> float:
+        return reward_per_percent * (self.damage_dealt - self.damage_taken) + self.stocks_taken - self.stocks_lost
+
+
+def reward_terms(before: Frame, after: Frame, player: int) -> RewardTerms:
+    """The terms of ``MeleeWorldEnv.reward`` for ``player`` (its own damage and stocks are ``player``'s fields)."""
+    damage = [max(0.0, after.value(f"{p}.percent") - before.value(f"{p}.percent")) for p in PLAYERS]
+    lost = [max(0, before.stocks(i) - after.stocks(i)) for i in range(len(PLAYERS))]
+    me, them = player, 1 - player
+    return RewardTerms(damage_dealt=damage[them], damage_taken=damage[me], stocks_taken=lost[them],
+                       stocks_lost=lost[me])
+
+
+# ---------------------------------------------------------------------------- opponents
+class RecordedController:
+    """The ``strong`` scripted opponent: the seed game's recorded inputs of the opponent's port, continuing from the
+    seed window (neutral past the game's end): what the human did in that spot."""
+
+    def __init__(self, version, info: dict, player: int, frames: int, seed_frames: int):
+        from training.world_model_rollout import game_row, replay_controllers
+
+        game = game_row(version, info["game_id"])
+        first = info["seed_start"] + seed_frames
+        self.ctrl = replay_controllers(version, game, first, frames)[:, player * CTRL_PER_PLAYER:
+                                                                       (player + 1) * CTRL_PER_PLAYER]
+        self.t = 0
+
+    def act(self, frame: Frame, player: int) -> np.ndarray:
+        out = self.ctrl[self.t] if self.t < len(self.ctrl) else np.zeros(CTRL_PER_PLAYER, np.float32)
+        self.t += 1
+        return out
+
+
+class PolicyController:
+    """A snapshot of the policy playing one side, with its own memory and its own view of its opponent."""
+
+    def __init__(self, policy, window: int):
+        import torch
+
+        self.policy, self.window = policy, window
+        self.state = policy.initial_state(1)
+        self.history: list[np.ndarray] = []  # its opponent's (the learner's) recent frames, from that side
+        self.start = True
+        self.generator = torch.Generator().manual_seed(0)
+
+    def act(self, frame: Frame, player: int) -> np.ndarray:
+        import torch
+
+        obs = torch.from_numpy(frame_vector(frame, player))[None]
+        self.history = (self.history + [frame_vector(frame, 1 - player)])[-self.window:]
+        opponent, valid = window_arrays(self.history, self.window)
+        with torch.no_grad():
+            out = self.policy.step(obs, torch.from_numpy(opponent)[None], torch.from_numpy(valid)[None],
+                                   torch.tensor([self.start]), torch.ones(1, NUM_ACTIONS, dtype=torch.bool),
+                                   self.state)
+        self.state, self.start = out.state, False
+        action = int(torch.multinomial(torch.softmax(out.logits[0, 0], -1), 1, generator=self.generator))
+        return controller(action)
+
+
+def window_arrays(history: list[np.ndarray], window: int) -> tuple[np.ndarray, np.ndarray]:
+    """The last ``window`` frame vectors (oldest first, zero-padded at the front) and their validity."""
+    out = np.zeros((window, OBS_WIDTH), np.float32)
+    valid = np.zeros(window, bool)
+    if history:
+        out[window - len(history):] = np.stack(history)
+        valid[window - len(history):] = True
+    return out, valid
+
+
+@dataclass
+class Episode:
+    """One finished game of the learner, for metrics and the league.
+
+    Attributes:
+        opponent: who it played (kind, name).
+        side: the learner's port index (0 = p0).
+        frames: frames played.
+        terms: each reward term summed over the game (damage dealt and taken in percent, stocks taken and lost).
+        reward: the summed reward.
+        score: 1 a win (the opponent's stocks ran out, or more stocks, then less damage, at the time limit), 0.5 a
+            draw, 0 a loss.
+        truncated: ended by the time limit.
+    """
+
+    opponent: object
+    side: int
+    frames: int
+    terms: dict
+    reward: float
+    score: float
+    truncated: bool
+
+
+def _score(frame: Frame, side: int) -> float:
+    mine, theirs = frame.stocks(side), frame.stocks(1 - side)
+    if mine != theirs:
+        return 1.0 if mine > theirs else 0.0
+    my_damage = frame.value(f"{PLAYERS[side]}.percent")
+    their_damage = frame.value(f"{PLAYERS[1 - side]}.percent")
+    return 0.5 if abs(my_damage - their_damage) < 1e-6 else float(my_damage < their_damage)
+
+
+class MeleeRunner:
+    """Plays ``num_envs`` world-model games for the learner against league opponents and returns the learner's side
+    only (``training/ppo.Rollout``): its observations, actions, rewards and memory states. An environment runner runs
+    as a Ray actor (``ray.remote(MeleeRunner)``) or in the learner's process (the single-process baseline).
+
+    ``draw_opponent()`` → an ``Opponent`` (kind ``snapshot``, ``strong`` or ``weak``); ``snapshot_weights(name)`` →
+    that snapshot's state_dict. The learner's side is drawn per game; weak = random controller, strong = the
+    replay's recorded controller."""
+
+    def __init__(self, world_model, shards, policy_cfg, *, num_envs: int, seed: int, seed_frames: int = 60,
+                 max_frames: int = 600, reward_per_percent: float = 0.01, draw_opponent=None,
+                 snapshot_weights=None, torch_threads: int = 1):
+        import torch
+
+        from models.ppo_policy import RecurrentPolicy
+        from training.melee_env import MeleeWorldEnv
+
+        if torch_threads:
+            torch.set_num_threads(torch_threads)  # batch-1 model steps: one thread is fastest on CPU
+        self.policy_cfg, self.reward_per_percent = policy_cfg, reward_per_percent
+        self.policy = RecurrentPolicy(policy_cfg).eval()
+        self.envs = [MeleeWorldEnv(world_model, shards, seed_frames=seed_frames, max_frames=max_frames,
+                                   reward_per_percent=reward_per_percent) for _ in range(num_envs)]
+        self.rng = np.random.default_rng(seed)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.draw_opponent, self.snapshot_weights = draw_opponent, snapshot_weights
+        self.seed_frames, self.max_frames = seed_frames, max_frames
+        self._snapshots: dict[str, object] = {}
+        self.games = [self._new_game(i) for i in range(num_envs)]
+        self.state = self.policy.initial_state(num_envs)
+
+    def _opponent_controller(self, opponent, env, info: dict, side: int):
+        from models.ppo_policy import RecurrentPolicy
+        from training.world_model_rollout import RandomPolicy
+
+        if opponent.kind == "snapshot":
+            policy = self._snapshots.get(opponent.name)
+            if policy is None:
+                policy = RecurrentPolicy(self.policy_cfg).eval()
+                policy.load_state_dict(self.snapshot_weights(opponent.name))
+                self._snapshots = {opponent.name: policy}  # one cached: snapshots change as the league grows
+            return PolicyController(policy, self.policy_cfg.opponent_window)
+        if opponent.kind == "strong":
+            return RecordedController(env.version, info, 1 - side, self.max_frames, self.seed_frames)
+        return RandomPolicy(int(self.rng.integers(1 << 31)))
+
+    def _new_game(self, i: int) -> dict:
+        env = self.envs[i]
+        _, info = env.reset(seed=int(self.rng.integers(1 << 31)))
+        side = int(self.rng.integers(2))
+        opponent = self.draw_opponent()
+        return {"side": side, "opponent": opponent, "ctrl": self._opponent_controller(opponent, env, info, side),
+                "history": [], "start": True, "terms": {k: 0.0 for k in RewardTerms.__dataclass_fields__},
+                "reward": 0.0, "frames": 0}
+
+    def _observe(self):
+        """This step's learner observations and opponent windows over all games."""
+        obs, opponent, valid = [], [], []
+        for env, game in zip(self.envs, self.games, strict=True):
+            frame = env.frame
+            game["history"] = (game["history"] + [frame_vector(frame, 1 - game["side"])])[
+                -self.policy_cfg.opponent_window:]
+            window, ok = window_arrays(game["history"], self.policy_cfg.opponent_window)
+            obs.append(frame_vector(frame, game["side"]))
+            opponent.append(window)
+            valid.append(ok)
+        return np.stack(obs), np.stack(opponent), np.stack(valid)
+
+    def collect(self, weights: dict, steps: int):
+        """``steps`` steps of every game with the learner's ``weights``: (``training/ppo.Rollout``, finished
+        ``Episode``s). Games carry over between calls, as does the learner's memory."""
+        import torch
+
+        from training.ppo import Rollout
+
+        self.policy.load_state_dict(weights)
+        n = len(self.envs)
+        keys = ("obs", "opponent", "opponent_valid", "episode_start", "actions", "logp", "values", "rewards",
+                "terminated", "truncated", "final_values", "h", "c")
+        record = {k: [] for k in keys}
+        legal = torch.ones(n, NUM_ACTIONS, dtype=torch.bool)
+        finished: list[Episode] = []
+        for _ in range(steps):
+            obs, opponent, valid = self._observe()
+            start = torch.tensor([g["start"] for g in self.games])
+            record["h"].append(self.state[0])
+            record["c"].append(self.state[1])
+            with torch.no_grad():
+                out = self.policy.step(torch.from_numpy(obs), torch.from_numpy(opponent), torch.from_numpy(valid),
+                                       start, legal, self.state)
+            probs = torch.softmax(out.logits[:, 0].float(), -1)
+            actions = torch.multinomial(probs, 1, generator=self.generator)[:, 0]
+            self.state = out.state
+            rewards, terminated, truncated, final_values = [], [], [], []
+            for i, (env, game) in enumerate(zip(self.envs, self.games, strict=True)):
+                before, side = env.frame, game["side"]
+                mine = controller(int(actions[i]))
+                theirs = np.asarray(game["ctrl"].act(before, 1 - side), np.float32)
+                _, _, term, trunc, _ = env.step((mine, theirs) if side == 0 else (theirs, mine))
+                terms = reward_terms(before, env.frame, side)
+                reward = terms.total(self.reward_per_percent)
+                for k in game["terms"]:
+                    game["terms"][k] += getattr(terms, k)
+                game["reward"] += reward
+                game["frames"] += 1
+                game["start"] = False
+                final = 0.0
+                if trunc:  # the time limit: the game would go on, so the value of where it stopped is bootstrapped
+                    o, w, v = self._observe_one(i)
+                    with torch.no_grad():
+                        final = float(self.policy.step(o, w, v, torch.tensor([False]), legal[:1],
+                                                       (self.state[0][i:i + 1], self.state[1][i:i + 1])).values)
+                if term or trunc:
+                    finished.append(Episode(opponent=game["opponent"], side=side, frames=game["frames"],
+                                            terms=dict(game["terms"]), reward=game["reward"],
+                                            score=_score(env.frame, side), truncated=bool(trunc)))
+                    self.games[i] = self._new_game(i)
+                rewards.append(reward)
+                terminated.append(bool(term))
+                truncated.append(bool(trunc))
+                final_values.append(final)
+            for key, value in (("obs", obs), ("opponent", opponent), ("opponent_valid", valid)):
+                record[key].append(torch.from_numpy(value))
+            record["episode_start"].append(start)
+            record["actions"].append(actions)
+            record["logp"].append(torch.log(probs.gather(-1, actions[:, None])[:, 0]))
+            record["values"].append(out.values[:, 0])
+            record["rewards"].append(torch.tensor(rewards))
+            record["terminated"].append(torch.tensor(terminated))
+            record["truncated"].append(torch.tensor(truncated))
+            record["final_values"].append(torch.tensor(final_values))
+        # the value after the last step: the games' current observations under the memory they carry on with
+        obs, opponent, valid = self._observe_peek()
+        with torch.no_grad():
+            bootstrap = self.policy.step(torch.from_numpy(obs), torch.from_numpy(opponent), torch.from_numpy(valid),
+                                         torch.tensor([g["start"] for g in self.games]), legal,
+                                         self.state).values[:, 0]
+        stacked = {k: torch.stack(v) for k, v in record.items()}
+        values = stacked["values"]
+        next_values = torch.cat([values[1:], bootstrap[None]])
+        next_values = torch.where(stacked["truncated"], stacked["final_values"], next_values)
+        rollout = Rollout(obs=stacked["obs"], opponent=stacked["opponent"], opponent_valid=stacked["opponent_valid"],
+                          legal=legal[None].expand(steps, n, NUM_ACTIONS), episode_start=stacked["episode_start"],
+                          actions=stacked["actions"], logp=stacked["logp"], values=values,
+                          rewards=stacked["rewards"], terminated=stacked["terminated"],
+                          truncated=stacked["truncated"], next_values=next_values,
+                          states=(stacked["h"], stacked["c"]))
+        return rollout, finished
+
+    def _observe_one(self, i: int):
+        """Game i's learner observation and opponent window as (1, ...) tensors, before its reset."""
+        import torch
+
+        env, game = self.envs[i], self.games[i]
+        history = (game["history"] + [frame_vector(env.frame, 1 - game["side"])])[-self.policy_cfg.opponent_window:]
+        window, ok = window_arrays(history, self.policy_cfg.opponent_window)
+        return (torch.from_numpy(frame_vector(env.frame, game["side"]))[None], torch.from_numpy(window)[None],
+                torch.from_numpy(ok)[None])
+
+    def _observe_peek(self):
+        """``_observe`` without recording the frames into the games' histories (they are recorded next step)."""
+        obs, opponent, valid = [], [], []
+        for i in range(len(self.envs)):
+            o, w, v = self._observe_one(i)
+            obs.append(o[0].numpy())
+            opponent.append(w[0].numpy())
+            valid.append(v[0].numpy())
+        return np.stack(obs), np.stack(opponent), np.stack(valid)
