@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import sys
 from pathlib import Path
 
@@ -33,6 +34,24 @@ def shared_data(*parts: str) -> Path:
     return path
 
 
+def simulator_missing() -> str | None:
+    """Why the Pokémon Showdown simulator cannot run here, or None when it can: it needs Node.js on PATH and the
+    pinned pokemon-showdown package (``make setup``; a clone without them still runs everything else)."""
+    if shutil.which("node") is None:
+        return "Node.js is needed to run the Pokémon Showdown simulator (`make setup`)"
+    from pipelines.pokemon.dex import showdown_dir
+
+    try:
+        showdown_dir()
+    except FileNotFoundError as err:
+        return str(err)
+    return None
+
+
+needs_simulator = pytest.mark.skipif(simulator_missing() is not None, reason=str(simulator_missing()))
+"""Skips a test (or, as ``pytestmark``, a module) that runs the simulator or a Showdown server where it cannot."""
+
+
 @pytest.fixture(scope="session")
 def ray_local():
     from pipelines.ray_start import start_ray
@@ -46,7 +65,10 @@ def ray_local():
 
 @pytest.fixture(scope="session")
 def tiny_generated(ray_local, tmp_path_factory):
-    """A published shard version of a few simulator battles per format (the tiny preset)."""
+    """A published shard version of a few simulator battles per format (the tiny preset); skipped without the
+    simulator."""
+    if reason := simulator_missing():
+        pytest.skip(reason)
     from pipelines.parse_replays import ParseConfig, run
 
     out = tmp_path_factory.mktemp("generated")

@@ -8,7 +8,7 @@ import shutil
 
 import lz4.frame
 import pytest
-from conftest import shared_data
+from conftest import needs_simulator, shared_data
 
 from pipelines.errors import InputError
 from pipelines.parse_replays import ParseConfig, ParseInputs, run
@@ -72,7 +72,7 @@ def _garble(line: str, rng: random.Random) -> str:
     return "|".join(parts)
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is needed to run the simulator")
+@needs_simulator
 def test_generated_protocol_fuzz():
     chunk = generated.chunks(["gen9randombattle"], 3, 5, "random", "random", 3)[0]
     records = [json.loads(p) for _, p in generated.generate(chunk)]

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
+from conftest import needs_simulator
 
 from pipelines.errors import InputError, InvalidRecordError, TruncatedBattleError
 from pipelines.pokemon.dex import load_dex
 from pipelines.sources import generated
 
-pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is needed to run the simulator")
+pytestmark = needs_simulator
 DEXES = {g: load_dex(g) for g in range(1, 10)}
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import socket
 
 import pytest
+from conftest import needs_simulator
 
-pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is needed for the server")
+pytestmark = needs_simulator
 
 
 def test_local_server_plays_poke_env_battles(tmp_path):
@@ -42,6 +42,7 @@ def _assert_listens_on_loopback_only(port: int) -> None:
             if c.laddr.port == port and c.status == psutil.CONN_LISTEN}
     assert pids, f"nothing listens on {port}"
     listening = [s for pid in pids for s in listening_sockets(pid)]
+    assert port in {p for _, _, p in listening}, listening  # the list holds the server's own socket
     assert all(_is_loopback(host) for _, host, _ in listening), listening
 
 
@@ -60,22 +61,24 @@ def test_exported_ou_teams_are_packed_and_validated():
 def test_policy_plays_ou_battles_without_fallbacks(tmp_path):
     """A (untrained) tiny policy plays gen1ou on the local server with exported teams against RandomPlayer: the
     server accepts both teams and every decision comes from the policy (our tracker follows the live OU log)."""
-    import dataclasses
-
     import torch
 
     from models.pokemon_policy import PokemonPolicy, PolicyConfig
     from pipelines.pokemon.observation import vocabulary
+    from training.checkpoints import POKEMON_OBSERVATION, live_identity, payload
     from training.evaluate import EvalConfig
     from training.evaluate import run as evaluate
     from training.offline_rl import TrainConfig
     from training.showdown_server import free_port
 
-    cfg = TrainConfig.tiny(shards="-", out="-")
     torch.manual_seed(0)
-    model = PokemonPolicy(PolicyConfig.preset("tiny", len(vocabulary())))
-    checkpoint = tmp_path / "state.pt"
-    torch.save({"model": model.state_dict(), "config": dataclasses.asdict(cfg)}, checkpoint)
+    model_config = PolicyConfig.preset("tiny", len(vocabulary()))
+    model = PokemonPolicy(model_config)
+    checkpoint = tmp_path / "state.pt"  # as the trainer writes it (training/checkpoints.py), the RNG states aside
+    torch.save({**payload(kind="pokemon_policy", model_config=model_config,
+                          train_config=TrainConfig.tiny(shards="-", out="-"), step=0,
+                          data=live_identity(POKEMON_OBSERVATION), model=model, optimizer=None), "rng": []},
+               checkpoint)
     rows = evaluate(EvalConfig.tiny(checkpoint=str(checkpoint), port=free_port(), formats=["gen1ou"], battles=3,
                                     num_teams=2), log=lambda *_: None)
     assert [(r["format"], r["opponent"], r["battles"]) for r in rows] == [("gen1ou", "random", 3)]

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 
 import pytest
-from conftest import shared_data
+from conftest import needs_simulator, shared_data, simulator_missing
 
 from pipelines.errors import InputError, ProtocolError, TruncatedBattleError
 from pipelines.pokemon.agreement import Agreement, action_meaning, add_generated_battles
@@ -167,7 +166,7 @@ def test_spectator_log_fuzz():
     assert "ok" in outcomes and len(outcomes) > 1
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is needed to run the simulator")
+@needs_simulator
 def test_ground_truth_agreement_on_simulator_battles():
     """Reconstruct generated battles from their spectator logs and compare with the players' own streams."""
     agreement = Agreement()
@@ -249,8 +248,8 @@ def test_blocking_ability_cant_is_the_movers_not_the_holders():
 def gen2_battles():
     """20 gen 2 simulator battles (seed 7 has Sleep Talk after |cant|slp and Hidden Power choices): (truth rows,
     reconstructed rows, spectator log) per battle."""
-    if shutil.which("node") is None:
-        pytest.skip("Node.js is needed to run the simulator")
+    if reason := simulator_missing():
+        pytest.skip(reason)
     from pipelines.sources import generated
 
     out = []
@@ -361,7 +360,7 @@ def _shown_choices_recorded(fmt: str, index: int) -> list[tuple]:
     return out
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is needed to run the simulator")
+@needs_simulator
 @pytest.mark.parametrize("fmt,index", [("gen1ou", 119), ("gen1ou", 135), ("gen9randombattle", 17)])
 def test_transformed_pokemon_choices_are_its_copied_moves(fmt, index):
     """Battles with a Ditto: once transformed, its player chooses among the copied moves (its request lists them).
@@ -370,7 +369,7 @@ def test_transformed_pokemon_choices_are_its_copied_moves(fmt, index):
     assert any("transform" in t["state"]["player_active"]["effects"] for t, _ in shown)
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is needed to run the simulator")
+@needs_simulator
 @pytest.mark.parametrize("fmt,index,copied", [("gen1ou", 34, "doubleedge"), ("gen2randombattle", 7, "hiddenpower")])
 def test_a_move_mimic_copied_takes_mimics_slot(fmt, index, copied):
     """Mimic puts the foe's move in Mimic's slot until its user switches out (gen 1 logs ``|-start|X|Mimic|M``,
