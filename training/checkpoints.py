@@ -14,6 +14,7 @@ A checkpoint is one ``state.pt`` of tensors and plain values (read with ``torch.
     data           DataIdentity as a dict: the shard version, its schema/parser versions, the observation or feature
                    spec the model reads and the vocabulary's sha256
     code           the git commit of the code that wrote it
+    extra          what else a trainer resumes from (PPO: the league's snapshots and ratings)
 
 Loading rebuilds the model from ``kind`` and ``model_config``; evaluation, play, fine-tuning and resume compare
 ``data`` with what they are about to feed the model and refuse a different feature spec (``check_features``).
@@ -159,6 +160,8 @@ MODEL_KINDS = {
                                 module="models.pokemon_policy.PokemonPolicy", features=POKEMON_OBSERVATION),
     "world_model": ModelKind(config="models.world_model.WorldModelConfig", module="models.world_model.WorldModel",
                              features=MELEE_FEATURES),
+    "melee_selfplay": ModelKind(config="models.ppo_policy.RecurrentPolicyConfig",
+                                module="models.ppo_policy.RecurrentPolicy", features=MELEE_FEATURES),
 }
 
 
@@ -195,6 +198,7 @@ class Checkpoint:
     rng: list
     code: str
     where: str
+    extra: dict = dataclasses.field(default_factory=dict)
 
     def build_model(self, **overrides):
         """The model rebuilt from ``model_config`` (``overrides`` replace runtime fields, e.g. ``use_fused``), with
@@ -212,8 +216,10 @@ class Checkpoint:
         check_features(self.data, given, what=f"checkpoint {self.where} ({self.kind}, step {self.step})")
 
 
-def payload(*, kind: str, model_config, train_config, step: int, data: DataIdentity, model, optimizer) -> dict:
-    """A checkpoint's contents but the RNG states (``report_checkpoint`` gathers them from every worker)."""
+def payload(*, kind: str, model_config, train_config, step: int, data: DataIdentity, model, optimizer,
+            extra: dict | None = None) -> dict:
+    """A checkpoint's contents but the RNG states (``report_checkpoint`` gathers them from every worker);
+    ``extra``: what else a trainer resumes from (tensors and plain values: PPO's league)."""
     if kind not in MODEL_KINDS:
         raise ValueError(f"unknown model kind {kind!r}; known: {sorted(MODEL_KINDS)}")
     from pipelines.writer import git_commit
@@ -221,7 +227,8 @@ def payload(*, kind: str, model_config, train_config, step: int, data: DataIdent
     return {"format": CHECKPOINT_FORMAT, "kind": kind, "model_config": dataclasses.asdict(model_config),
             "train_config": dataclasses.asdict(train_config), "step": int(step), "data": dataclasses.asdict(data),
             "model": getattr(model, "module", model).state_dict(),
-            "optimizer": optimizer.state_dict() if optimizer is not None else None, "code": git_commit()}
+            "optimizer": optimizer.state_dict() if optimizer is not None else None, "code": git_commit(),
+            "extra": extra or {}}
 
 
 def state_file(uri: str | Path) -> str:
@@ -268,7 +275,7 @@ def from_state(state: dict, where: str) -> Checkpoint:
     return Checkpoint(kind=state["kind"], model_config=state["model_config"], train_config=state["train_config"],
                       step=int(state["step"]), data=DataIdentity(**state["data"]), model=state["model"],
                       optimizer=state.get("optimizer"), rng=state.get("rng") or [], code=state.get("code", ""),
-                      where=where)
+                      where=where, extra=state.get("extra") or {})
 
 
 def read_checkpoint(uri: str | Path, device="cpu", *, kind: str | None = None) -> Checkpoint:

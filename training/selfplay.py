@@ -1,0 +1,326 @@
+"""PPO self-play on Ray: environment runners as Ray actors, the learner as a Ray Train worker, a league actor holding
+snapshots, the opponent mix and the ratings.
+
+    python training/selfplay.py --shards OUT/melee_frames/<v> --world-model RUN/ray/.../checkpoint_000010 \\
+        --out runs/selfplay --preset full
+    python training/selfplay.py --tiny --shards OUT/melee_frames/<v> --out runs/sp     # untrained tiny world model
+
+Each update: the learner sends its weights to every runner (one object in the store), each runner plays its games
+for ``rollout_steps`` steps against opponents it draws from the league and returns the learner's side only, the
+learner runs one PPO update (``training/ppo.py``) on the concatenated rollouts, reports every finished game to the
+league (Elo), and every ``snapshot_every`` updates adds a snapshot of itself to the opponent pool. Checkpoints are the
+shared self-describing ones (``training/checkpoints.py``), with the league in them: a resumed run continues with the
+same opponent pool and ratings. Metrics per reward term and behaviour (win rate against each opponent kind, damage
+dealt and taken, knockouts) go to ``OUT/metrics.csv`` and W&B, with a progress line per update.
+
+The environment is the Melee world model (``training/melee_selfplay.py``); the Pokémon environment (poke-env
+battles on the local Showdown server) is not built yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SelfPlayConfig:
+    """Configuration of a self-play run.
+
+    Attributes:
+        shards: the melee_frames shard version the games are seeded from (a local path or a URI).
+        out: run folder (checkpoints, metrics.csv, wandb).
+        world_model: the world-model checkpoint the games run in (folder or state.pt), or ``untrained`` for a fresh
+            model of --world-model-preset (tests, demo).
+        world_model_preset: preset of an untrained world model.
+        preset: PPO hyperparameters: ``full`` or ``test`` (the same set, a few updates and frequent checkpoints).
+        updates: PPO updates (0: the preset's).
+        num_runners: environment runner actors.
+        envs_per_runner: games each runner plays at once.
+        rollout_steps: steps per game between updates (0: the preset's).
+        cpus_per_runner: CPUs each runner actor reserves.
+        seed_frames: real frames each game is primed on.
+        max_frames: frames before a game is cut by the time limit (bootstrapped, not terminal).
+        reward_per_percent: reward per percent of damage dealt (taken: the negative); a stock is worth 1.
+        opponent_window: the opponent's last N frames the strategy encoder reads.
+        d_lstm: the policy's LSTM width.
+        snapshot_every: updates between snapshots added to the league.
+        seed: seed of the policy, the runners and the league's draws.
+        cpus_per_worker: CPUs the learner's Ray Train worker reserves.
+        use_gpu: train the learner on a GPU.
+        torch_threads: intra-op threads of the learner (0: Ray's default).
+        wandb_mode: auto (online when logged in, else offline), online, offline or disabled.
+        resume: continue from the latest checkpoint under --out (policy, optimizer, league, update).
+    """
+
+    shards: str
+    out: str
+    world_model: str = "untrained"
+    world_model_preset: str = "tiny"
+    preset: str = "full"
+    updates: int = 0
+    num_runners: int = 2
+    envs_per_runner: int = 4
+    rollout_steps: int = 0
+    cpus_per_runner: float = 0.5
+    seed_frames: int = 60
+    max_frames: int = 600
+    reward_per_percent: float = 0.01
+    opponent_window: int = 8
+    d_lstm: int = 128
+    snapshot_every: int = 10
+    seed: int = 0
+    cpus_per_worker: float = 0.5
+    use_gpu: bool = False
+    torch_threads: int = 0
+    wandb_mode: str = "auto"
+    resume: bool = False
+
+    def __post_init__(self):
+        if self.preset not in ("full", "test"):
+            raise ValueError("--preset must be full or test")
+        if min(self.num_runners, self.envs_per_runner, self.max_frames, self.snapshot_every) < 1:
+            raise ValueError("--num-runners, --envs-per-runner, --max-frames and --snapshot-every must be >= 1")
+        if self.wandb_mode not in ("auto", "online", "offline", "disabled"):
+            raise ValueError("--wandb-mode must be auto, online, offline or disabled")
+
+    @classmethod
+    def tiny(cls, *, shards: str, out: str, **overrides) -> SelfPlayConfig:
+        fields = {"preset": "test", "num_runners": 2, "envs_per_runner": 2, "rollout_steps": 8, "seed_frames": 20,
+                  "max_frames": 12, "opponent_window": 3, "d_lstm": 16, "snapshot_every": 2, "wandb_mode": "disabled",
+                  **overrides}
+        return cls(shards=shards, out=out, **fields)
+
+    def ppo(self):
+        """The PPO hyperparameters: the preset's, with this run's environment count and lengths."""
+        from training.ppo import PPOConfig
+
+        base = PPOConfig.test() if self.preset == "test" else PPOConfig.full()
+        steps = self.rollout_steps or base.rollout_steps
+        return dataclasses.replace(base, num_envs=self.num_runners * self.envs_per_runner, rollout_steps=steps,
+                                   seq_len=min(base.seq_len, steps), updates=self.updates or base.updates,
+                                   seed=self.seed)
+
+    def policy(self):
+        from models.ppo_policy import RecurrentPolicyConfig
+        from training.melee_selfplay import NUM_ACTIONS, OBS_WIDTH
+
+        return RecurrentPolicyConfig(d_obs=OBS_WIDTH, num_actions=NUM_ACTIONS, opponent_window=self.opponent_window,
+                                     d_lstm=self.d_lstm)
+
+    def league(self):
+        from training.league import LeagueConfig
+
+        return LeagueConfig(snapshot_every=self.snapshot_every, strong=("replay",), weak=("random",))
+
+
+class LeagueActor:
+    """The league on Ray: runners draw opponents and fetch snapshots from it; the learner reports games to it,
+    adds snapshots and saves its state with each checkpoint."""
+
+    def __init__(self, cfg, state: dict | None, seed: int):
+        import random
+
+        from training.league import League
+
+        self.league = League.from_state_dict(cfg, state) if state else League(cfg)
+        self.rng = random.Random(seed)
+
+    def draw(self):
+        return self.league.sample(self.rng)
+
+    def snapshot(self, name: str) -> dict:
+        return self.league.snapshots[name]
+
+    def record(self, results: list[tuple[str, float]]) -> None:
+        from training.league import LEARNER
+
+        for opponent, score in results:
+            self.league.record(LEARNER, opponent, score)
+
+    def add_snapshot(self, update: int, weights: dict) -> str:
+        return self.league.add_snapshot(update, weights)
+
+    def ratings(self) -> dict:
+        return dict(self.league.ratings)
+
+    def state_dict(self) -> dict:
+        return self.league.state_dict()
+
+
+def load_world_model(cfg: SelfPlayConfig):
+    import torch
+
+    from models.world_model import WorldModel, WorldModelConfig
+    from training.world_model import load_model
+
+    if cfg.world_model == "untrained":
+        torch.manual_seed(cfg.seed)
+        return WorldModel(WorldModelConfig.preset(cfg.world_model_preset)).eval()
+    return load_model(cfg.world_model)
+
+
+def episode_metrics(episodes: list) -> dict:
+    """Per reward term and behaviour over the games that finished this update: win rate against each opponent kind,
+    damage dealt and taken, knockouts, game length. Every key is always there (NaN without games), so the CSV keeps
+    one set of columns."""
+    from training.league import OPPONENT_KINDS
+    from training.melee_selfplay import RewardTerms
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values) if values else float("nan")
+
+    out: dict = {"games": len(episodes)}
+    for term in RewardTerms.__dataclass_fields__:
+        out[f"term_{term}"] = mean([e.terms[term] for e in episodes])
+    out["episode_reward"] = mean([e.reward for e in episodes])
+    out["episode_frames"] = mean([e.frames for e in episodes])
+    out["knockouts"] = mean([e.terms["stocks_taken"] for e in episodes])
+    for kind in OPPONENT_KINDS:
+        out[f"win_rate_{kind}"] = mean([e.score for e in episodes if e.opponent.kind == kind])
+    return out
+
+
+def train_loop_per_worker(config: dict) -> None:
+    """The learner: runs on one Ray Train worker, drives the runner actors and the league actor."""
+    import ray
+    import ray.train
+    import torch
+
+    from models.ppo_policy import RecurrentPolicy
+    from training.checkpoints import DataIdentity, from_state, load_state, read_checkpoint, set_rng_state
+    from training.fit import Learner, report_checkpoint
+    from training.loop import MetricsWriter, start_worker
+    from training.melee_selfplay import MeleeRunner
+    from training.ppo import Rollout, update
+
+    cfg = SelfPlayConfig(**config["cfg"])
+    rank, world, device, cuda = start_worker(cfg, "selfplay")
+    ppo, policy_cfg = cfg.ppo(), cfg.policy()
+    torch.manual_seed(cfg.seed)
+    policy = RecurrentPolicy(policy_cfg)
+    learner = Learner(policy, lr=ppo.lr, weight_decay=0.0, grad_clip=ppo.grad_clip, device=device)
+    first_update, league_state = 0, None
+    own = ray.train.get_checkpoint()
+    if own is not None:
+        with own.as_directory() as directory:
+            start = from_state(load_state(Path(directory) / "state.pt"), "Ray Train's checkpoint")
+    else:
+        start = read_checkpoint(config["resume_path"]) if config.get("resume_path") else None
+    if start is not None:
+        learner.load({"model": start.model, "optimizer": start.optimizer}, optimizer=True)
+        set_rng_state(start.rng[0])
+        first_update, league_state = start.step, start.extra["league"]
+    generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + first_update)
+    league = ray.remote(num_cpus=0)(LeagueActor).remote(cfg.league(), league_state, cfg.seed + first_update)
+    world_model = load_world_model(cfg)
+
+    def draw():
+        return ray.get(league.draw.remote())
+
+    def weights_of(name):
+        return ray.get(league.snapshot.remote(name))
+
+    runner_class = ray.remote(num_cpus=cfg.cpus_per_runner)(MeleeRunner)
+    runners = [runner_class.remote(world_model, cfg.shards, policy_cfg, num_envs=cfg.envs_per_runner,
+                                   seed=cfg.seed * 1000 + first_update * 10 + i, seed_frames=cfg.seed_frames,
+                                   max_frames=cfg.max_frames, reward_per_percent=cfg.reward_per_percent,
+                                   draw_opponent=draw, snapshot_weights=weights_of)
+               for i in range(cfg.num_runners)]
+    writer = MetricsWriter(Path(config["run_folder"]), dataclasses.asdict(cfg), cfg.wandb_mode, "selfplay")
+    data = DataIdentity(**config["data"])
+    started, steps_done = time.monotonic(), 0
+    for u in range(first_update, ppo.updates):
+        weights = {k: v.detach().cpu().clone() for k, v in learner.module.state_dict().items()}
+        ref = ray.put(weights)
+        t0 = time.monotonic()
+        results = ray.get([r.collect.remote(ref, ppo.rollout_steps) for r in runners])
+        collect_s = time.monotonic() - t0
+        rollout = Rollout(**{f.name: (tuple(torch.cat([getattr(r, f.name)[j] for r, _ in results], 1)
+                                            for j in range(2)) if f.name == "states"
+                                      else torch.cat([getattr(r, f.name) for r, _ in results], 1))
+                             for f in dataclasses.fields(Rollout)})
+        episodes = [e for _, eps in results for e in eps]
+        metrics = update(learner, rollout, ppo, u, generator)
+        league.record.remote([(e.opponent.name, e.score) for e in episodes])
+        done = u + 1
+        if done % cfg.snapshot_every == 0:
+            ray.get(league.add_snapshot.remote(done, weights))
+        steps_done += rollout.actions.numel()
+        ratings = ray.get(league.ratings.remote())
+        snapshots = sorted(n for n in ratings if n.startswith("snapshot-"))
+        line = {"step": done, **metrics, **episode_metrics(episodes),
+                "env_steps_per_s": rollout.actions.numel() / max(collect_s, 1e-9),
+                "learner_rating": ratings["learner"],
+                "latest_snapshot_rating": ratings[snapshots[-1]] if snapshots else float("nan"),
+                "elapsed_s": time.monotonic() - started}
+        writer.write(line)
+        if done % ppo.checkpoint_every == 0 or done == ppo.updates:
+            state = {"league": ray.get(league.state_dict.remote()), "ratings": ratings}
+            report_checkpoint(payload_for(policy_cfg, cfg, done, data, learner, state), line, rank, world)
+    writer.close()
+
+
+def payload_for(policy_cfg, cfg, update_count: int, data, learner, extra: dict) -> dict:
+    from training.checkpoints import payload
+
+    return payload(kind="melee_selfplay", model_config=policy_cfg, train_config=cfg, step=update_count, data=data,
+                   model=learner.model, optimizer=learner.optimizer, extra=extra)
+
+
+def run(cfg: SelfPlayConfig):
+    """Self-play on Ray Train; Ray Train's ``Result``."""
+    from shards_schema import storage
+    from training.loop import init_local_ray, latest_checkpoint, local_run_folder, run_storage
+
+    init_local_ray()
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    from shards_schema.reader import open_version
+    from training.checkpoints import read_checkpoint, shard_identity
+
+    cfg = dataclasses.replace(cfg, shards=storage.normalize(cfg.shards), out=storage.normalize(cfg.out))
+    identity = shard_identity(open_version(cfg.shards))
+    latest = latest_checkpoint(cfg.out) if cfg.resume else None
+    if cfg.resume and latest is None:
+        raise FileNotFoundError(f"--resume: no checkpoint under {storage.join(cfg.out, 'ray')}")
+    if latest:
+        ckpt = read_checkpoint(latest)
+        if ckpt.kind != "melee_selfplay" or "league" not in ckpt.extra:
+            raise ValueError(f"--resume {latest}: not a self-play checkpoint ({ckpt.kind})")
+        if ckpt.step >= cfg.ppo().updates:
+            raise ValueError(f"--resume: the checkpoint is at update {ckpt.step}, --updates is {cfg.ppo().updates}")
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config={"cfg": dataclasses.asdict(cfg), "resume_path": latest,
+                           "data": dataclasses.asdict(identity), "run_folder": str(local_run_folder(cfg.out))},
+        scaling_config=ray.train.ScalingConfig(num_workers=1, use_gpu=cfg.use_gpu,
+                                               resources_per_worker={"CPU": cfg.cpus_per_worker}),
+        run_config=ray.train.RunConfig(name=f"selfplay-{time.strftime('%Y%m%d-%H%M%S')}", **run_storage(cfg.out),
+                                       checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2)),
+    )
+    return trainer.fit()
+
+
+def main(argv: list[str] | None = None) -> None:
+    from pipelines.cli import parse_config
+    from shards_schema import storage
+    from training.loop import checkpoint_uri
+
+    cfg = parse_config(SelfPlayConfig, argv)
+    result = run(cfg)
+    print(f"[selfplay] done: {result.metrics}")
+    if result.checkpoint:
+        print(checkpoint_uri(result.checkpoint, storage.normalize(cfg.out)))
+
+
+if __name__ == "__main__":
+    main()
