@@ -167,3 +167,41 @@ def test_corrupt_manifest_names_the_file(tmp_path, damage):
     with pytest.raises(ManifestError, match="re-run the job") as err:
         open_version(version)
     assert str(version / "manifest.json") in str(err.value)
+
+
+@pytest.fixture(scope="module")
+def melee_version(ray_local, tmp_path_factory):
+    """A melee_frames version of two synthetic games: the gates tested where neither Node.js nor ../shared is."""
+    from pipelines.parse_replays import ParseConfig, run
+
+    return run(ParseConfig.tiny(source="slp", out=str(tmp_path_factory.mktemp("melee")), num_battles=2),
+               log=lambda *_: None).path
+
+
+def _bump(version: str, major: int, minor: int = 0) -> str:
+    parts = [int(p) for p in version.split(".")]
+    return f"{parts[0] + major}.{parts[1] + minor}.{parts[2]}"
+
+
+@pytest.mark.parametrize("field,major,minor,expect", [
+    ("schema_version", 1, 0, "upgrade replayforge"),
+    ("schema_version", -1, 0, "parse_replays.py"),
+    ("parser_version", -1, 0, "parse_replays.py"),
+    ("parser_version", 1, 0, "upgrade replayforge"),
+    ("schema_version", 0, 3, None),  # a minor difference is accepted
+])
+def test_melee_version_gating_both_ways(melee_version, tmp_path, field, major, minor, expect):
+    import shutil
+
+    from shards_schema.versions import MELEE_FRAMES
+
+    copy = tmp_path / melee_version.name
+    shutil.copytree(melee_version, copy)
+    assert open_version(copy).manifest.counts.trajectories == 2
+    current = {"schema_version": MELEE_FRAMES.schema, "parser_version": MELEE_FRAMES.parser}[field]
+    _rewrite_manifest(copy, **{field: _bump(current, major, minor)})
+    if expect is None:
+        assert getattr(open_version(copy).manifest, field) == _bump(current, 0, minor)
+    else:
+        with pytest.raises(VersionMismatchError, match=expect):
+            open_version(copy)
