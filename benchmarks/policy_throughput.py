@@ -5,8 +5,9 @@
 
 A token is one turn of a context window. Model FLOPs per token (PaLM's appendix B): 6·N for the weight matrices
 (N = parameters outside embedding tables, which are lookups) plus 12·layers·context·d_model for attention scores and
-values, forward and backward. MFU = FLOPs per token × tokens/s ÷ the device's peak dense bf16 FLOP/s (known for
-H100/H200/A100; printed as n/a elsewhere, CPUs included). Inputs are random but shaped and typed like real batches
+values, forward and backward. MFU = FLOPs per token × tokens/s ÷ ``--peak-tflops``, the device's peak dense bf16
+FLOP/s: 989 by default on CUDA (H100/H200 SXM; pass 312 for an A100); on CPU MFU is printed only when
+``--peak-tflops`` is given (a CPU has no agreed peak). Inputs are random but shaped and typed like real batches
 (vocabulary-sized ids, legal masks with every action legal), which does not change the arithmetic.
 """
 
@@ -23,8 +24,8 @@ from torch import nn  # noqa: E402
 
 from benchmarks.timing import peak_memory, reset_peak_memory, seconds_per_call  # noqa: E402
 
-PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
-"""Dense bf16 tensor-core peaks (SXM parts) from NVIDIA's data sheets."""
+H100_BF16_PEAK_TFLOPS = 989.0
+"""Dense bf16 tensor-core peak of an H100 SXM (also an H200's), from NVIDIA's data sheet: the default on CUDA."""
 
 
 def flops_per_token(model: nn.Module, n_layers: int, context: int, d_model: int) -> float:
@@ -33,7 +34,9 @@ def flops_per_token(model: nn.Module, n_layers: int, context: int, d_model: int)
     return 6.0 * weights + 12.0 * n_layers * context * d_model
 
 
-def measure(preset: str, device: torch.device, batch: int, context: int, steps: int, compile: bool = False) -> dict:
+def measure(preset: str, device: torch.device, batch: int, context: int, steps: int, compile: bool = False,
+            peak_tflops: float | None = None) -> dict:
+    """Tokens/s of training steps; MFU against ``peak_tflops`` (None: no MFU)."""
     from models.pokemon_policy import PokemonPolicy, PolicyConfig
     from pipelines.pokemon.observation import vocabulary
     from shards_schema.pokemon import OBS_NUMERIC, OBS_WORDS
@@ -69,9 +72,9 @@ def measure(preset: str, device: torch.device, batch: int, context: int, steps: 
     tokens_per_s = batch * context / seconds_per_call(step, steps, warmup=3, cuda=cuda)
     per_token = flops_per_token(model, cfg.n_layers, context, cfg.d_model)
     name = torch.cuda.get_device_name(device) if cuda else "CPU"
-    peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
+    mfu = per_token * tokens_per_s / (peak_tflops * 1e12) if peak_tflops else None
     return {"preset": preset, "parameters": model.num_parameters(), "tokens_per_s": tokens_per_s,
-            "flops_per_token": per_token, "mfu": per_token * tokens_per_s / peak if peak else None, "device": name,
+            "flops_per_token": per_token, "mfu": mfu, "device": name,
             "memory": peak_memory(device)}
 
 
@@ -83,17 +86,24 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=128)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (nn.Module.compile)")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help=f"the device's peak dense bf16 TFLOP/s for MFU (default on CUDA: "
+                             f"{H100_BF16_PEAK_TFLOPS:g}, an H100 SXM; A100: 312; on CPU no MFU unless given)")
     args = parser.parse_args()
     device = torch.device(args.device)
+    peak_tflops = args.peak_tflops
+    if peak_tflops is None and device.type == "cuda":
+        peak_tflops = H100_BF16_PEAK_TFLOPS
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     for preset in args.presets:
-        r = measure(preset, device, args.batch, args.context, args.steps, args.compile)
-        mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a (no known peak)"
+        r = measure(preset, device, args.batch, args.context, args.steps, args.compile, peak_tflops)
+        mfu = (f"MFU {r['mfu']:.1%} of {peak_tflops:g} TFLOP/s" if r["mfu"] is not None
+               else "MFU n/a (pass --peak-tflops)")
         print(f"{r['device']}: {preset} ({r['parameters'] / 1e6:.1f}M parameters), batch {args.batch} x "
               f"{args.context} turns: {r['tokens_per_s']:,.0f} tokens/s, {r['flops_per_token'] / 1e6:.1f} MFLOP/token, "
-              f"MFU {mfu}, {r['memory']}{', compiled' if args.compile else ''}")
+              f"{mfu}, {r['memory']}{', compiled' if args.compile else ''}")
 
 
 if __name__ == "__main__":
