@@ -10,7 +10,7 @@ import torch
 
 from models.ppo_policy import RecurrentPolicy, RecurrentPolicyConfig
 from training.fit import Learner
-from training.ppo import TEST_ONLY, PPOConfig, Rollout, sequence_loss, sequences, update
+from training.ppo import TEST_ONLY, PPOConfig, Rollout, sequence_loss, sequences, training_sequences, update
 
 CFG = RecurrentPolicyConfig(d_obs=16, num_actions=3, opponent_window=2, d_strategy=8, strategy_layers=1,
                             strategy_heads=2, num_latents=1, d_lstm=8)
@@ -71,15 +71,7 @@ def test_the_first_pass_reproduces_the_acting_policy():
     policy = _live(RecurrentPolicy(CFG))
     cfg = PPOConfig.test(num_envs=3, rollout_steps=12, seq_len=4, num_minibatches=1)
     rollout = collect(policy, 12, 3, episode_len=5, generator=torch.Generator().manual_seed(1))
-    from training import ppo_losses as P
-
-    advantages, returns = P.gae(rollout.rewards, rollout.values, rollout.next_values, rollout.terminated,
-                                rollout.truncated, cfg.gamma, cfg.gae_lambda)
-    fields = {"obs": rollout.obs, "opponent": rollout.opponent, "opponent_valid": rollout.opponent_valid,
-              "legal": rollout.legal, "episode_start": rollout.episode_start, "actions": rollout.actions,
-              "logp": rollout.logp, "values": rollout.values, "advantages": advantages, "returns": returns}
-    chunks = {k: sequences(v, cfg.seq_len) for k, v in fields.items()}
-    chunks["h0"], chunks["c0"] = (sequences(s, cfg.seq_len)[:, 0] for s in rollout.states)
+    chunks = training_sequences(rollout, cfg)
     with torch.no_grad():
         _, parts = sequence_loss(policy.eval(), chunks, cfg)
     assert float(parts["approx_kl"]) < 1e-10 and float(parts["clip_fraction"]) == 0.0

@@ -144,18 +144,24 @@ def sequence_loss(policy, chunk: dict, cfg: PPOConfig):
                   "clip_fraction": P.clip_fraction(logp.detach(), chunk["logp"], cfg.clip)}
 
 
-def update(learner, rollout: Rollout, cfg: PPOConfig, update_index: int, generator: torch.Generator) -> dict:
-    """One PPO update on a rollout: GAE, then ``epochs`` passes of minibatches of whole sequences through
-    ``learner.step`` (a ``training/fit.Learner``), the learning rate annealed for ``update_index``. Returns the last
-    epoch's mean of each logged part and the epochs run."""
+def training_sequences(rollout: Rollout, cfg: PPOConfig) -> dict[str, torch.Tensor]:
+    """GAE over the rollout, then every field cut into sequences of ``seq_len`` steps (``sequences``), with the
+    LSTM state each sequence starts from (``h0``, ``c0``: the runner's state before its first step)."""
     advantages, returns = P.gae(rollout.rewards, rollout.values, rollout.next_values, rollout.terminated,
                                 rollout.truncated, cfg.gamma, cfg.gae_lambda)
     fields = {"obs": rollout.obs, "opponent": rollout.opponent, "opponent_valid": rollout.opponent_valid,
               "legal": rollout.legal, "episode_start": rollout.episode_start, "actions": rollout.actions,
               "logp": rollout.logp, "values": rollout.values, "advantages": advantages, "returns": returns}
     chunks = {k: sequences(v, cfg.seq_len) for k, v in fields.items()}
-    h, c = (sequences(s, cfg.seq_len)[:, 0] for s in rollout.states)  # the state before each chunk's first step
-    chunks["h0"], chunks["c0"] = h, c
+    chunks["h0"], chunks["c0"] = (sequences(s, cfg.seq_len)[:, 0] for s in rollout.states)
+    return chunks
+
+
+def update(learner, rollout: Rollout, cfg: PPOConfig, update_index: int, generator: torch.Generator) -> dict:
+    """One PPO update on a rollout: GAE, then ``epochs`` passes of minibatches of whole sequences through
+    ``learner.step`` (a ``training/fit.Learner``), the learning rate annealed for ``update_index``. Returns the last
+    epoch's mean of each logged part and the epochs run."""
+    chunks = training_sequences(rollout, cfg)
     for group in learner.optimizer.param_groups:
         group["lr"] = P.annealed_lr(cfg.lr, update_index, cfg.updates, cfg.final_lr_share)
     num_envs = rollout.obs.shape[1]
