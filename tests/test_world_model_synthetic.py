@@ -91,11 +91,15 @@ def one_thread():
 
 def test_play_the_trained_checkpoint(synthetic_frames, trained, tmp_path, one_thread):
     _, _, resumed = trained
-    cfg = PlayConfig(checkpoint=str(Path(resumed.checkpoint.path) / "state.pt"), shards=str(synthetic_frames),
-                     out=str(tmp_path), seed_frames=20, frames=40, horizons=[10, 40])
+    from shards_schema.reader import sha256_file
+
+    # the checkpoint folder, as the trainer prints it
+    cfg = PlayConfig(checkpoint=resumed.checkpoint.path, shards=str(synthetic_frames), out=str(tmp_path),
+                     seed_frames=20, frames=40, horizons=[10, 40])
     published, rows = play(cfg, log=lambda *_: None)
     _check_play(published, rows, cfg)
-    assert published.manifest.source_revision.startswith("sha256:")
+    state = Path(resumed.checkpoint.path) / "state.pt"
+    assert published.manifest.source_revision == f"sha256:{sha256_file(state)}"
 
 
 def test_play_untrained(synthetic_frames, tmp_path, one_thread):
