@@ -36,7 +36,7 @@ Inputs (made once per run by the current checkout, in a temporary folder):
    Current and baseline alternate (order flipped every repetition) and the median over repetitions is printed,
    with the spread; the main thread's share (the result loop: decoding blocks, the writer) is printed beside it.
    Shards are small (``--shard-size-mb``, default 2, both checkouts) so that the inputs make many shards and
-   groups, as a long job does; per-shard and per-group costs are thereby over-counted against 128 MB shards.
+   groups, as a long job does; per-shard and per-group costs are thereby over-counted against 128 MiB shards.
    The marginal cost also holds what the driver spends per second of waiting (Ray Data's scheduling loop, Ray's
    threads), and on 2 cores a job takes ~100x longer per unit than on a 200-core cluster, so on this machine that
    term can dominate once the per-unit work is gone. It is measured in the same run: a pipeline of the job's shape
@@ -448,7 +448,7 @@ def main() -> None:
         print(f"inputs: Melee {melee_games[0]} / {melee_games[1]} synthetic games as .slp files (--source slp); "
               f"Pokémon {pokemon_battles[0]} / {pokemon_battles[1]} battles ({made['pokemon_logs']} distinct "
               f"logs of {made['pokemon_logs_from']} under new ids, --source hf-raw, formats "
-              f"{','.join(made['pokemon_formats'])}); shards of {args.shard_size_mb} MB; made in "
+              f"{','.join(made['pokemon_formats'])}); shards of {args.shard_size_mb} MiB; made in "
               f"{time.monotonic() - start:.0f}s")
 
         def spec(schema: str, size: str, out: str, **extra) -> dict:
