@@ -16,6 +16,7 @@ the last ``mlp_context`` frames), the baseline. Both have ``step()`` for frame-b
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -27,6 +28,13 @@ from pipelines.melee.features import BINARY_FIELDS, CAT_FIELDS, CONT_FIELDS, CTR
 
 CHANGE_RATIO = torch.tensor([step / scale for _, scale, step in CONT_FIELDS])
 """Predicted change (change units) × this = change of the model's input value."""
+
+
+@functools.lru_cache(maxsize=16)
+def change_ratio(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """``CHANGE_RATIO`` on a device, copied there once: a copy from pageable host memory each rollout step would
+    wait for the GPU stream every time."""
+    return CHANGE_RATIO.to(device, dtype)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,7 +110,7 @@ class Prediction:
 
     def next_state(self, current: FrameState) -> FrameState:
         """The most likely next frame: current + delta, flags by sign, argmax classes."""
-        ratio = CHANGE_RATIO.to(current.cont.device, current.cont.dtype)
+        ratio = change_ratio(current.cont.device, current.cont.dtype)
         return FrameState(cont=current.cont + self.cont_delta.to(current.cont.dtype) * ratio,
                           binary=(self.binary_logits > 0).to(current.binary.dtype),
                           cat=torch.stack([logits.argmax(-1) for logits in self.cat_logits], dim=-1),

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from models.world_model import CHANGE_RATIO, FrameState, Prediction
+from models.world_model import FrameState, Prediction, change_ratio
 from pipelines.melee.features import BINARY_FIELDS, CAT_FIELDS, CAT_INDEX, CONT_FIELDS, CONT_INDEX
 
 HUBER_BETA = 1.0
@@ -78,7 +78,7 @@ def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def change_units(t: Targets) -> torch.Tensor:
     """The true change of every continuous field from the input frame to the target, in change units."""
-    return (t.next.cont - t.current.cont).float() / CHANGE_RATIO.to(t.next.cont.device)
+    return (t.next.cont - t.current.cont).float() / change_ratio(t.next.cont.device, torch.float32)
 
 
 def losses(pred: Prediction, t: Targets) -> dict[str, torch.Tensor]:
