@@ -230,9 +230,10 @@ def report_checkpoint(payload: dict, metrics: dict, rank: int, world: int) -> No
         ray.train.report(metrics, checkpoint=checkpoint)
 
 
-def _worker_checkpoint(config: dict, device):
-    """The checkpoint a worker starts from: Ray Train's own when it restarted the run (read through its
-    filesystem), else ``--resume``'s or ``--init-from``'s (a folder or URI), else None."""
+def worker_checkpoint(config: dict, device):
+    """(checkpoint, resuming): the checkpoint a worker starts from, Ray Train's own when it restarted the run (read
+    through its filesystem), else ``--resume``'s (``config["resume_path"]``) or ``--init-from``'s
+    (``config["init_from"]``, weights only: resuming False), else None."""
     import ray.train
 
     from training.checkpoints import from_state, load_state, read_checkpoint
@@ -270,7 +271,7 @@ def train_loop_per_worker(config: dict) -> None:
     learner = Learner(model, lr=cfg.lr, weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip, device=device,
                       compile=cfg.compile, prepare=ray.train.torch.prepare_model)
     step = 0
-    start, resuming = _worker_checkpoint(config, device)
+    start, resuming = worker_checkpoint(config, device)
     if start is not None:
         learner.load({"model": start.model, "optimizer": start.optimizer}, optimizer=resuming)
         if resuming:
@@ -383,10 +384,11 @@ def fit(cfg, recipe_class: type[Recipe]):
         ckpt = read_checkpoint(cfg.init_from, kind=recipe.kind)
         ckpt.check_features(identity)
         model_config = recipe.init_config(ckpt)
-    windows = window_stream(lambda epoch: recipe.epoch_windows(version, epoch), first_step * cfg.batch_size,
-                            (cfg.steps - first_step) * cfg.batch_size)
+    first_epoch = recipe.epoch_windows(version, 0)  # cut once: the stream starts with it, the log line counts it
+    windows = window_stream(lambda epoch: first_epoch if epoch == 0 else recipe.epoch_windows(version, epoch),
+                            first_step * cfg.batch_size, (cfg.steps - first_step) * cfg.batch_size)
     print(f"[{recipe.tag}] {identity.dataset}/{identity.version}: steps {first_step + 1}..{cfg.steps} of "
-          f"{cfg.batch_size} windows ({recipe.epoch_windows(version, 0).num_rows} windows an epoch)")
+          f"{cfg.batch_size} windows ({first_epoch.num_rows} windows an epoch)")
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"recipe": recipe_class, "cfg": dataclasses.asdict(cfg), "plan": plan,

@@ -266,18 +266,22 @@ class MeleeRunner:
                 "history": [], "start": True, "terms": {k: 0.0 for k in RewardTerms.__dataclass_fields__},
                 "reward": 0.0, "frames": 0}
 
-    def _observe(self):
-        """This step's learner observations and opponent windows over all games."""
-        obs, opponent, valid = [], [], []
-        for env, game in zip(self.envs, self.games, strict=True):
-            frame = env.frame
-            game["history"] = (game["history"] + [frame_vector(frame, 1 - game["side"])])[
-                -self.policy_cfg.opponent_window:]
-            window, ok = window_arrays(game["history"], self.policy_cfg.opponent_window)
-            obs.append(frame_vector(frame, game["side"]))
-            opponent.append(window)
-            valid.append(ok)
-        return np.stack(obs), np.stack(opponent), np.stack(valid)
+    def _view(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Game i's learner observation, the opponent's window (its earlier frames plus the current one, from its
+        side) and the window's validity, without recording the current frame."""
+        env, game = self.envs[i], self.games[i]
+        history = (game["history"] + [frame_vector(env.frame, 1 - game["side"])])[-self.policy_cfg.opponent_window:]
+        window, valid = window_arrays(history, self.policy_cfg.opponent_window)
+        return frame_vector(env.frame, game["side"]), window, valid
+
+    def _views(self, record: bool):
+        """Every game's ``_view`` stacked; ``record`` keeps the current frames in the opponents' histories (once
+        per step, when the learner acts on them)."""
+        views = [self._view(i) for i in range(len(self.envs))]
+        if record:
+            for (_, window, _), game in zip(views, self.games, strict=True):
+                game["history"] = (game["history"] + [window[-1]])[-self.policy_cfg.opponent_window:]
+        return tuple(np.stack(part) for part in zip(*views, strict=True))
 
     def collect(self, weights: dict, steps: int):
         """``steps`` steps of every game with the learner's ``weights``: (``training/ppo.Rollout``, finished
@@ -294,7 +298,7 @@ class MeleeRunner:
         legal = torch.ones(n, NUM_ACTIONS, dtype=torch.bool)
         finished: list[Episode] = []
         for _ in range(steps):
-            obs, opponent, valid = self._observe()
+            obs, opponent, valid = self._views(record=True)
             start = torch.tensor([g["start"] for g in self.games])
             record["h"].append(self.state[0])
             record["c"].append(self.state[1])
@@ -319,7 +323,7 @@ class MeleeRunner:
                 game["start"] = False
                 final = 0.0
                 if trunc:  # the time limit: the game would go on, so the value of where it stopped is bootstrapped
-                    o, w, v = self._observe_one(i)
+                    o, w, v = (torch.from_numpy(x)[None] for x in self._view(i))
                     with torch.no_grad():
                         final = float(self.policy.step(o, w, v, torch.tensor([False]), legal[:1],
                                                        (self.state[0][i:i + 1], self.state[1][i:i + 1])).values)
@@ -343,7 +347,7 @@ class MeleeRunner:
             record["truncated"].append(torch.tensor(truncated))
             record["final_values"].append(torch.tensor(final_values))
         # the value after the last step: the games' current observations under the memory they carry on with
-        obs, opponent, valid = self._observe_peek()
+        obs, opponent, valid = self._views(record=False)
         with torch.no_grad():
             bootstrap = self.policy.step(torch.from_numpy(obs), torch.from_numpy(opponent), torch.from_numpy(valid),
                                          torch.tensor([g["start"] for g in self.games]), legal,
@@ -359,23 +363,3 @@ class MeleeRunner:
                           truncated=stacked["truncated"], next_values=next_values,
                           states=(stacked["h"], stacked["c"]))
         return rollout, finished
-
-    def _observe_one(self, i: int):
-        """Game i's learner observation and opponent window as (1, ...) tensors, before its reset."""
-        import torch
-
-        env, game = self.envs[i], self.games[i]
-        history = (game["history"] + [frame_vector(env.frame, 1 - game["side"])])[-self.policy_cfg.opponent_window:]
-        window, ok = window_arrays(history, self.policy_cfg.opponent_window)
-        return (torch.from_numpy(frame_vector(env.frame, game["side"]))[None], torch.from_numpy(window)[None],
-                torch.from_numpy(ok)[None])
-
-    def _observe_peek(self):
-        """``_observe`` without recording the frames into the games' histories (they are recorded next step)."""
-        obs, opponent, valid = [], [], []
-        for i in range(len(self.envs)):
-            o, w, v = self._observe_one(i)
-            obs.append(o[0].numpy())
-            opponent.append(w[0].numpy())
-            valid.append(v[0].numpy())
-        return np.stack(obs), np.stack(opponent), np.stack(valid)

@@ -195,8 +195,8 @@ def train_loop_per_worker(config: dict) -> None:
     import torch
 
     from models.ppo_policy import RecurrentPolicy
-    from training.checkpoints import DataIdentity, from_state, load_state, read_checkpoint, set_rng_state
-    from training.fit import Learner, report_checkpoint
+    from training.checkpoints import DataIdentity, set_rng_state
+    from training.fit import Learner, report_checkpoint, worker_checkpoint
     from training.loop import MetricsWriter, start_worker
     from training.melee_selfplay import MeleeRunner
     from training.ppo import Rollout, update
@@ -208,12 +208,7 @@ def train_loop_per_worker(config: dict) -> None:
     policy = RecurrentPolicy(policy_cfg)
     learner = Learner(policy, lr=ppo.lr, weight_decay=0.0, grad_clip=ppo.grad_clip, device=device)
     first_update, league_state = 0, None
-    own = ray.train.get_checkpoint()
-    if own is not None:
-        with own.as_directory() as directory:
-            start = from_state(load_state(Path(directory) / "state.pt"), "Ray Train's checkpoint")
-    else:
-        start = read_checkpoint(config["resume_path"]) if config.get("resume_path") else None
+    start, _ = worker_checkpoint(config, device)
     if start is not None:
         learner.load({"model": start.model, "optimizer": start.optimizer}, optimizer=True)
         set_rng_state(start.rng[0])
