@@ -80,6 +80,12 @@ def test_entropy_ignores_illegal_actions_and_masks():
     assert P.entropy(logits, mask=torch.tensor([False, True])).item() == pytest.approx(math.log(4))
 
 
+def test_entropy_gradient_is_finite_with_illegal_actions():
+    logits = torch.tensor([[0.3, -0.2, float("-inf")]], requires_grad=True)
+    P.entropy(logits).backward()
+    assert torch.isfinite(logits.grad).all() and logits.grad[0, 2] == 0.0
+
+
 def test_advantage_normalisation_over_the_mask():
     adv = torch.tensor([1.0, 2.0, 3.0, 100.0])
     mask = torch.tensor([True, True, True, False])

@@ -127,6 +127,13 @@ def make_player_class():
                         self.broken.add(tag)
             await super()._handle_battle_message(split_messages)
 
+        def select(self, battle, tokens, numeric, legal) -> int:
+            """The action (0-8) for the last turn of a window: tokens (1, T, 87), numeric (1, T, 48), legal
+            (1, T, 9); the policy's most likely legal action."""
+            with torch.no_grad():
+                out = self.model(tokens, numeric, legal, torch.ones(legal.shape[:2], dtype=torch.bool))
+            return int(out.logits[0, -1].argmax())
+
         def choose_move(self, battle):
             tracker = self.trackers.get(battle.battle_tag)
             request = battle.last_request
@@ -145,12 +152,6 @@ def make_player_class():
             legal = fold_actions(torch.tensor(mask13))
             history = self.history.setdefault(battle.battle_tag, [])
             history.append((tokens, numeric, legal))
-            window = history[-self.context:]
-            tokens_t = torch.tensor([[w[0] for w in window]])  # (1, T, 87)
-            numeric_t = torch.tensor([[w[1] for w in window]])  # (1, T, 48)
-            legal_t = torch.stack([w[2] for w in window])[None]  # (1, T, 9)
-            with torch.no_grad():
-                out = self.model(tokens_t, numeric_t, legal_t, torch.ones(1, len(window), dtype=torch.bool))
             if not legal.any():
                 # Nothing to decide: a locked-in move (Gen 1 recharge, Wrap, Thrash, Bide...) is not one of the 9
                 # actions; the training rows of such requests have an empty mask too. The server picks it.
@@ -159,7 +160,11 @@ def make_player_class():
                     self.forced += 1
                     return self.choose_default_move()
                 return self._fallback(battle, f"empty mask with {options} options")
-            action = int(out.logits[0, -1].argmax())
+            window = history[-self.context:]
+            tokens_t = torch.tensor([[w[0] for w in window]])  # (1, T, 87)
+            numeric_t = torch.tensor([[w[1] for w in window]])  # (1, T, 48)
+            legal_t = torch.stack([w[2] for w in window])[None]  # (1, T, 9)
+            action = self.select(battle, tokens_t, numeric_t, legal_t)
             move_ids, switch_slots = decision.slots()
             if action < 4:
                 wanted = move_ids[action] if action < len(move_ids) else None

@@ -103,6 +103,8 @@ class Rollout:
         next_values: (T, N) value of the observation after each step (the final observation where truncated, the
             next rollout's first for the last step).
         states: ((T, N, d_lstm), (T, N, d_lstm)) the LSTM state (h, c) before each step, as the runner had it.
+        mask: (T, N) bool, False on padding steps that hold no decision (episodes of unequal length laid out one
+            per column); None: every step is real.
     """
 
     obs: torch.Tensor
@@ -118,6 +120,19 @@ class Rollout:
     truncated: torch.Tensor
     next_values: torch.Tensor
     states: tuple[torch.Tensor, torch.Tensor]
+    mask: torch.Tensor | None = None
+
+
+def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
+    """Rollouts of the same length side by side (their environments concatenated)."""
+    def cat(values):
+        if values[0] is None:
+            return None
+        if isinstance(values[0], tuple):
+            return tuple(torch.cat(parts, 1) for parts in zip(*values, strict=True))
+        return torch.cat(values, 1)
+
+    return Rollout(**{f.name: cat([getattr(r, f.name) for r in rollouts]) for f in dataclasses.fields(Rollout)})
 
 
 def sequences(x: torch.Tensor, seq_len: int) -> torch.Tensor:
@@ -132,16 +147,17 @@ def sequence_loss(policy, chunk: dict, cfg: PPOConfig):
     """(loss, parts) of a minibatch of sequences (each ``(B, seq_len, ...)`` from ``sequences``)."""
     out = policy(chunk["obs"], chunk["opponent"], chunk["opponent_valid"], chunk["episode_start"], chunk["legal"],
                  (chunk["h0"], chunk["c0"]))
+    mask = chunk["mask"]  # padding steps reach no loss
     log_probs = torch.log_softmax(out.logits.float(), dim=-1)
-    logp = log_probs.gather(-1, chunk["actions"][..., None]).squeeze(-1)
-    advantages = P.normalize_advantages(chunk["advantages"])
-    actor = P.policy_loss(logp, chunk["logp"], advantages, cfg.clip)
-    critic = P.value_loss(out.values.float(), chunk["values"], chunk["returns"], cfg.value_clip)
-    entropy = P.entropy(out.logits)
+    logp = log_probs.gather(-1, chunk["actions"].clamp(min=0)[..., None]).squeeze(-1)
+    advantages = P.normalize_advantages(chunk["advantages"], mask)
+    actor = P.policy_loss(logp, chunk["logp"], advantages, cfg.clip, mask)
+    critic = P.value_loss(out.values.float(), chunk["values"], chunk["returns"], cfg.value_clip, mask)
+    entropy = P.entropy(out.logits, mask)
     loss = actor + cfg.value_weight * critic - cfg.entropy_weight * entropy
     return loss, {"policy_loss": actor, "value_loss": critic, "entropy": entropy,
-                  "approx_kl": P.approx_kl(logp.detach(), chunk["logp"]),
-                  "clip_fraction": P.clip_fraction(logp.detach(), chunk["logp"], cfg.clip)}
+                  "approx_kl": P.approx_kl(logp.detach(), chunk["logp"], mask),
+                  "clip_fraction": P.clip_fraction(logp.detach(), chunk["logp"], cfg.clip, mask)}
 
 
 def training_sequences(rollout: Rollout, cfg: PPOConfig) -> dict[str, torch.Tensor]:
@@ -151,7 +167,8 @@ def training_sequences(rollout: Rollout, cfg: PPOConfig) -> dict[str, torch.Tens
                                 rollout.truncated, cfg.gamma, cfg.gae_lambda)
     fields = {"obs": rollout.obs, "opponent": rollout.opponent, "opponent_valid": rollout.opponent_valid,
               "legal": rollout.legal, "episode_start": rollout.episode_start, "actions": rollout.actions,
-              "logp": rollout.logp, "values": rollout.values, "advantages": advantages, "returns": returns}
+              "logp": rollout.logp, "values": rollout.values, "advantages": advantages, "returns": returns,
+              "mask": rollout.mask if rollout.mask is not None else torch.ones_like(rollout.actions, dtype=torch.bool)}
     chunks = {k: sequences(v, cfg.seq_len) for k, v in fields.items()}
     chunks["h0"], chunks["c0"] = (sequences(s, cfg.seq_len)[:, 0] for s in rollout.states)
     return chunks

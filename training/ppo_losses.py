@@ -91,8 +91,9 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
 def entropy(logits: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Mean entropy of categorical distributions given by logits (illegal actions at -inf contribute 0)."""
     log_probs = torch.log_softmax(logits.float(), dim=-1)
-    plogp = torch.where(torch.isfinite(log_probs), log_probs.exp() * log_probs, torch.zeros_like(log_probs))
-    return _masked_mean(-plogp.sum(-1), mask)
+    # -inf zeroed before the product: torch.where over p·log p would still send 0 · -inf = NaN back to the logits
+    safe = log_probs.masked_fill(~torch.isfinite(log_probs), 0.0)
+    return _masked_mean(-(log_probs.exp() * safe).sum(-1), mask)
 
 
 def approx_kl(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -199,7 +199,7 @@ def train_loop_per_worker(config: dict) -> None:
     from training.fit import Learner, report_checkpoint, worker_checkpoint
     from training.loop import MetricsWriter, start_worker
     from training.melee_selfplay import MeleeRunner
-    from training.ppo import Rollout, update
+    from training.ppo import concat_rollouts, update
 
     cfg = SelfPlayConfig(**config["cfg"])
     rank, world, device, cuda = start_worker(cfg, "selfplay")
@@ -238,10 +238,7 @@ def train_loop_per_worker(config: dict) -> None:
         t0 = time.monotonic()
         results = ray.get([r.collect.remote(ref, ppo.rollout_steps) for r in runners])
         collect_s = time.monotonic() - t0
-        rollout = Rollout(**{f.name: (tuple(torch.cat([getattr(r, f.name)[j] for r, _ in results], 1)
-                                            for j in range(2)) if f.name == "states"
-                                      else torch.cat([getattr(r, f.name) for r, _ in results], 1))
-                             for f in dataclasses.fields(Rollout)})
+        rollout = concat_rollouts([r for r, _ in results])
         episodes = [e for _, eps in results for e in eps]
         metrics = update(learner, rollout, ppo, u, generator)
         league.record.remote([(e.opponent.name, e.score) for e in episodes])

@@ -1,0 +1,66 @@
+"""Self-play in real Pokémon battles: the learner's player on a runner's own local Showdown server records only its
+own decisions, starts on the offline-RL policy's choices, and its battles become a masked rollout that trains."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import needs_simulator
+
+
+@pytest.fixture(scope="module")
+def bc_policy():
+    from models.pokemon_policy import PokemonPolicy, PolicyConfig
+    from pipelines.pokemon.observation import vocabulary
+
+    torch.manual_seed(0)
+    return PokemonPolicy(PolicyConfig.preset("tiny", len(vocabulary()))).eval()
+
+
+def test_battles_become_a_masked_rollout():
+    from training.pokemon_selfplay import battles_to_rollout
+
+    def step(start, value):
+        return {"obs": torch.ones(4), "opponent": torch.zeros(2, 4), "opponent_valid": torch.zeros(2, dtype=torch.bool),
+                "legal": torch.ones(9, dtype=torch.bool), "episode_start": start, "actions": 1,
+                "logp": torch.tensor(-1.0), "values": torch.tensor(value), "h": torch.zeros(3), "c": torch.zeros(3)}
+
+    battles = [([step(True, 0.1), step(False, 0.2), step(False, 0.3)], 1.0), ([step(True, 0.5)], -1.0)]
+    rollout = battles_to_rollout(battles, seq_len=2)
+    assert rollout.actions.shape == (4, 2)  # 3 decisions padded to 4
+    assert rollout.mask[:, 0].tolist() == [True, True, True, False] and rollout.mask[:, 1].sum() == 1
+    assert rollout.rewards[2, 0] == 1.0 and rollout.rewards[0, 1] == -1.0 and rollout.rewards.abs().sum() == 2.0
+    assert rollout.terminated[2, 0] and rollout.terminated[0, 1]
+
+
+@needs_simulator
+@pytest.mark.timeout(300)
+def test_a_runner_plays_real_battles_and_they_train(bc_policy):
+    from models.ppo_policy import RecurrentPolicy, RecurrentPolicyConfig
+    from training.fit import Learner
+    from training.league import Opponent
+    from training.pokemon_selfplay import PokemonRunner, battles_to_rollout
+    from training.ppo import PPOConfig, sequence_loss, training_sequences, update
+
+    cfg = RecurrentPolicyConfig(d_obs=bc_policy.cfg.d_model, num_actions=9, opponent_window=4, d_strategy=16,
+                                strategy_heads=2, d_lstm=16)
+    policy = RecurrentPolicy.on_top_of(cfg, bc_policy.actor)
+    runner = PokemonRunner(bc_policy, 16, cfg, seed=3, draw_opponent=lambda: Opponent("weak", "random"))
+    try:
+        recorded, battles = runner.collect(policy.state_dict(), battles=2)
+    finally:
+        runner.close()
+    assert len(battles) == 2 and all(b.result in (-1.0, 0.0, 1.0) and b.decisions > 0 for b in battles)
+    rollout = battles_to_rollout(recorded, seq_len=8)
+    assert rollout.mask.sum() == sum(b.decisions for b in battles)  # its own decisions, nothing of the opponent
+    assert rollout.episode_start[0].all()
+    ppo = PPOConfig.test(num_envs=2, rollout_steps=rollout.actions.shape[0], seq_len=8, num_minibatches=1)
+    with torch.no_grad():  # the learner's first pass gives the log-probabilities the player acted with
+        _, first = sequence_loss(policy, training_sequences(rollout, ppo), ppo)
+    assert abs(float(first["approx_kl"])) < 1e-6
+    learner = Learner(policy, lr=ppo.lr, weight_decay=0.0, grad_clip=ppo.grad_clip, device=torch.device("cpu"))
+    metrics = update(learner, rollout, ppo, 0, torch.Generator().manual_seed(0))
+    assert math.isfinite(metrics["policy_loss"]) and math.isfinite(metrics["value_loss"])
+    assert all(torch.isfinite(p).all() for p in policy.parameters())

@@ -1,0 +1,180 @@
+"""Self-play in real Pokémon battles: poke-env players on a local Showdown server (127.0.0.1, an explicit port,
+stopped by PID), the learner playing with the self-play policy on top of a frozen offline-RL policy's turn features.
+
+The learner's player sees exactly what evaluation sees (``training/evaluate.py``'s player: the server's protocol
+through the project's tracker and observation spec); per turn it reads the offline-RL policy's features of its
+battle so far (frozen), the features of its previous turns as the opponent's recent behaviour (what the opponent did
+shows in them), and chooses with ``models/ppo_policy.RecurrentPolicy``, keeping one LSTM state per battle. It
+records its own decisions only. Reward: +1 a win, -1 a loss, 0 a tie, at the battle's last decision (terminal).
+
+A battle is an episode of its own length; ``PokemonRunner.collect`` lays finished battles one per column, padded
+at the end, with ``Rollout.mask`` False on the padding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import torch
+
+OPPONENT_CLASSES = {"heuristic": "SimpleHeuristicsPlayer", "maxbp": "MaxBasePowerPlayer", "random": "RandomPlayer"}
+"""Scripted opponents by league name: ``heuristic`` and ``maxbp`` strong, ``random`` weak."""
+
+
+def make_selfplay_player_class():
+    """The learner's poke-env player class (imported lazily: poke-env is only needed to play)."""
+    from training.evaluate import make_player_class
+
+    base = make_player_class()
+
+    class SelfPlayPlayer(base):
+        """Chooses with the self-play policy over the offline-RL policy's turn features; records its decisions."""
+
+        def __init__(self, bc_model, context: int, policy, *args, record: bool = True, seed: int = 0, **kwargs):
+            super().__init__(bc_model, context, *args, **kwargs)
+            self.policy, self.record = policy.eval(), record
+            self.states: dict[str, tuple] = {}
+            self.steps: dict[str, list[dict]] = {}
+            self.finished: list[tuple[list[dict], float]] = []
+            self.generator = torch.Generator().manual_seed(seed)
+
+        def select(self, battle, tokens, numeric, legal) -> int:
+            tag, window = battle.battle_tag, self.policy.cfg.opponent_window
+            with torch.no_grad():
+                features = self.model.features(tokens, numeric, torch.ones(legal.shape[:2], dtype=torch.bool))[0]
+                past = features[:-1][-window:]  # (≤ N, d): its earlier turns, what the opponent did shows in them
+                opponent = torch.zeros(window, features.shape[-1])
+                valid = torch.zeros(window, dtype=torch.bool)
+                if len(past):
+                    opponent[window - len(past):], valid[window - len(past):] = past, True
+                start = tag not in self.states
+                state = self.states.get(tag) or self.policy.initial_state(1)
+                out = self.policy.step(features[-1][None], opponent[None], valid[None], torch.tensor([start]),
+                                       legal[0, -1][None], state)
+                probs = torch.softmax(out.logits[0, 0].float(), -1)
+                action = int(torch.multinomial(probs, 1, generator=self.generator))
+            self.states[tag] = out.state
+            if self.record:
+                self.steps.setdefault(tag, []).append({
+                    "obs": features[-1], "opponent": opponent, "opponent_valid": valid, "legal": legal[0, -1],
+                    "episode_start": start, "actions": action, "logp": torch.log(probs[action]),
+                    "values": out.values[0, 0], "h": state[0][0], "c": state[1][0]})
+            return action
+
+        def _battle_finished_callback(self, battle):
+            steps = self.steps.pop(battle.battle_tag, [])
+            self.states.pop(battle.battle_tag, None)
+            if self.record and steps:
+                self.finished.append((steps, 1.0 if battle.won else -1.0 if battle.lost else 0.0))
+            super()._battle_finished_callback(battle)
+
+    return SelfPlayPlayer
+
+
+@dataclass
+class Battle:
+    """One finished battle of the learner: its opponent, result (+1, 0, -1) and decisions."""
+
+    opponent: object
+    result: float
+    decisions: int
+
+
+def battles_to_rollout(battles: list[tuple[list[dict], float]], seq_len: int):
+    """Finished battles → a ``training/ppo.Rollout``, one battle per column, padded at the end to a multiple of
+    ``seq_len`` (``mask`` False there); the result is the reward of each battle's last decision, which is terminal."""
+    from training.ppo import Rollout
+
+    longest = max(len(steps) for steps, _ in battles)
+    t = -(-longest // seq_len) * seq_len
+    n = len(battles)
+    first = battles[0][0][0]
+
+    def column(key, fill):
+        out = torch.full((t, n, *torch.as_tensor(first[key]).shape), fill, dtype=torch.as_tensor(first[key]).dtype)
+        for j, (steps, _) in enumerate(battles):
+            out[:len(steps), j] = torch.stack([torch.as_tensor(s[key]) for s in steps])
+        return out
+
+    mask = torch.zeros(t, n, dtype=torch.bool)
+    rewards = torch.zeros(t, n)
+    terminated = torch.zeros(t, n, dtype=torch.bool)
+    for j, (steps, result) in enumerate(battles):
+        mask[:len(steps), j] = True
+        rewards[len(steps) - 1, j] = result
+        terminated[len(steps) - 1:, j] = True  # the end, and the padding after it (no value flows back from it)
+    values = column("values", 0.0)
+    legal = column("legal", True)
+    return Rollout(obs=column("obs", 0.0), opponent=column("opponent", 0.0),
+                   opponent_valid=column("opponent_valid", False), legal=legal,
+                   episode_start=column("episode_start", True), actions=column("actions", 0),
+                   logp=column("logp", 0.0), values=values, rewards=rewards, terminated=terminated,
+                   truncated=torch.zeros(t, n, dtype=torch.bool),
+                   next_values=torch.cat([values[1:], torch.zeros(1, n)]), states=(column("h", 0.0),
+                                                                                   column("c", 0.0)),
+                   mask=mask)
+
+
+class PokemonRunner:
+    """Plays real battles for the learner on its own local Showdown server (started on a free loopback port, stopped
+    by PID when the runner closes) against opponents drawn from the league: past snapshots (the same player with a
+    snapshot's weights, recording nothing) or poke-env's scripted bots. Runs as a Ray actor or in process."""
+
+    def __init__(self, bc_model, context: int, policy_cfg, *, battle_format: str = "gen9randombattle",
+                 seed: int = 0, draw_opponent=None, snapshot_weights=None, concurrency: int = 2):
+        from models.ppo_policy import RecurrentPolicy
+        from training.showdown_server import free_port, showdown_server
+
+        self.bc_model, self.context, self.policy_cfg = bc_model.eval(), context, policy_cfg
+        self.format, self.seed, self.concurrency = battle_format, seed, concurrency
+        self.draw_opponent, self.snapshot_weights = draw_opponent, snapshot_weights
+        self.policy = RecurrentPolicy(policy_cfg)
+        self._server = showdown_server(free_port())
+        self.url = self._server.__enter__()
+        self.rounds = 0
+
+    def _opponent(self, opponent, tag: str):
+        from poke_env import AccountConfiguration, ServerConfiguration
+        from poke_env import player as players
+
+        from models.ppo_policy import RecurrentPolicy
+
+        server = ServerConfiguration(self.url, None)
+        account = AccountConfiguration(f"rf opp {tag}", None)
+        common = dict(server_configuration=server, battle_format=self.format, max_concurrent_battles=self.concurrency)
+        if opponent.kind == "snapshot":
+            policy = RecurrentPolicy(self.policy_cfg)
+            policy.load_state_dict(self.snapshot_weights(opponent.name))
+            return make_selfplay_player_class()(self.bc_model, self.context, policy, account, record=False,
+                                                seed=self.seed + 1, **common)
+        return getattr(players, OPPONENT_CLASSES[opponent.name])(account, **common)
+
+    def collect(self, weights: dict, battles: int) -> tuple[list[tuple[list[dict], float]], list[Battle]]:
+        """``battles`` battles with the learner's ``weights`` against one opponent drawn from the league:
+        (the learner's recorded battles, a ``Battle`` per finished one)."""
+        from poke_env import AccountConfiguration, ServerConfiguration
+
+        self.policy.load_state_dict(weights)
+        opponent_choice = self.draw_opponent()
+        self.rounds += 1
+        tag = f"{self.seed % 1000}x{self.rounds % 1000}"  # Showdown names are at most 18 characters
+        made = {}
+
+        async def play():  # players are made inside the loop that runs them, as training/evaluate.py does
+            learner = made["learner"] = make_selfplay_player_class()(
+                self.bc_model, self.context, self.policy, AccountConfiguration(f"rf learner {tag}", None),
+                server_configuration=ServerConfiguration(self.url, None), battle_format=self.format,
+                max_concurrent_battles=self.concurrency, seed=self.seed + self.rounds)
+            opponent = self._opponent(opponent_choice, tag)
+            await learner.battle_against(opponent, n_battles=battles)
+            await asyncio.gather(learner.ps_client.stop_listening(), opponent.ps_client.stop_listening(),
+                                 return_exceptions=True)
+
+        asyncio.run(play())
+        finished = made["learner"].finished
+        return finished, [Battle(opponent=opponent_choice, result=result, decisions=len(steps))
+                          for steps, result in finished]
+
+    def close(self) -> None:
+        self._server.__exit__(None, None, None)
