@@ -27,7 +27,7 @@ def test_battles_become_a_masked_rollout():
                 "legal": torch.ones(9, dtype=torch.bool), "episode_start": start, "actions": 1,
                 "logp": torch.tensor(-1.0), "values": torch.tensor(value), "h": torch.zeros(3), "c": torch.zeros(3)}
 
-    battles = [([step(True, 0.1), step(False, 0.2), step(False, 0.3)], 1.0), ([step(True, 0.5)], -1.0)]
+    battles = [([step(True, 0.1), step(False, 0.2), step(False, 0.3)], 1.0, (2, 0)), ([step(True, 0.5)], -1.0, (0, 1))]
     rollout = battles_to_rollout(battles, seq_len=2)
     assert rollout.actions.shape == (4, 2)  # 3 decisions padded to 4
     assert rollout.mask[:, 0].tolist() == [True, True, True, False] and rollout.mask[:, 1].sum() == 1
@@ -52,9 +52,10 @@ def test_a_runner_plays_real_battles_and_they_train(bc_policy):
         recorded, battles = runner.collect(policy.state_dict(), battles=2)
     finally:
         runner.close()
-    assert len(battles) == 2 and all(b.result in (-1.0, 0.0, 1.0) and b.decisions > 0 for b in battles)
+    assert len(battles) == 2 and all(b.reward in (-1.0, 0.0, 1.0) and b.frames > 0 for b in battles)
+    assert all(b.score == (b.reward + 1) / 2 and b.opponent.kind == "weak" for b in battles)
     rollout = battles_to_rollout(recorded, seq_len=8)
-    assert rollout.mask.sum() == sum(b.decisions for b in battles)  # its own decisions, nothing of the opponent
+    assert rollout.mask.sum() == sum(b.frames for b in battles)  # its own decisions, nothing of the opponent
     assert rollout.episode_start[0].all()
     ppo = PPOConfig.test(num_envs=2, rollout_steps=rollout.actions.shape[0], seq_len=8, num_minibatches=1)
     with torch.no_grad():  # the learner's first pass gives the log-probabilities the player acted with
@@ -64,3 +65,35 @@ def test_a_runner_plays_real_battles_and_they_train(bc_policy):
     metrics = update(learner, rollout, ppo, 0, torch.Generator().manual_seed(0))
     assert math.isfinite(metrics["policy_loss"]) and math.isfinite(metrics["value_loss"])
     assert all(torch.isfinite(p).all() for p in policy.parameters())
+
+
+@needs_simulator
+@pytest.mark.timeout(600)
+def test_a_short_selfplay_run_in_real_battles(bc_policy, ray_local, tmp_path):
+    """``training/selfplay.py --env pokemon`` on an offline-RL checkpoint: runner actors with their own servers,
+    the learner on Ray Train, the league; its checkpoint says what it holds and carries the league."""
+    import csv
+
+    from training.checkpoints import POKEMON_OBSERVATION, live_identity, payload, read_checkpoint
+    from training.loop import latest_checkpoint
+    from training.offline_rl import TrainConfig
+    from training.selfplay import SelfPlayConfig, run
+
+    source = tmp_path / "bc"
+    source.mkdir()
+    state = payload(kind="pokemon_policy", model_config=bc_policy.cfg,
+                    train_config=TrainConfig.tiny(shards="s", out="o", context=16), step=1,
+                    data=live_identity(POKEMON_OBSERVATION), model=bc_policy, optimizer=None)
+    torch.save({**state, "rng": []}, source / "state.pt")
+    out = tmp_path / "run"
+    result = run(SelfPlayConfig.tiny(env="pokemon", policy_init=str(source), out=str(out), updates=2,
+                                     num_runners=1, battles_per_runner=2, snapshot_every=1))
+    assert result.error is None
+    saved = read_checkpoint(latest_checkpoint(out))
+    assert saved.kind == "pokemon_selfplay" and saved.step == 2 and saved.data.features == POKEMON_OBSERVATION
+    assert sorted(saved.extra["league"]["snapshots"]) == ["snapshot-000001", "snapshot-000002"]
+    with open(out / "metrics.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(r["step"]) for r in rows] == [1, 2] and all(int(r["games"]) == 2 for r in rows)
+    assert all(float(r["term_result"]) in (-1.0, -0.5, 0.0, 0.5, 1.0) for r in rows)
+    assert all(math.isfinite(float(r["policy_loss"])) for r in rows)

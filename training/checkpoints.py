@@ -162,6 +162,8 @@ MODEL_KINDS = {
                              features=MELEE_FEATURES),
     "melee_selfplay": ModelKind(config="models.ppo_policy.RecurrentPolicyConfig",
                                 module="models.ppo_policy.RecurrentPolicy", features=MELEE_FEATURES),
+    "pokemon_selfplay": ModelKind(config="models.ppo_policy.RecurrentPolicyConfig",
+                                  module="models.ppo_policy.RecurrentPolicy", features=POKEMON_OBSERVATION),
 }
 
 

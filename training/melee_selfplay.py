@@ -363,3 +363,62 @@ class MeleeRunner:
                           truncated=stacked["truncated"], next_values=next_values,
                           states=(stacked["h"], stacked["c"]))
         return rollout, finished
+
+
+class MeleeSelfPlay:
+    """The Melee world model as ``training/selfplay.py``'s environment: its policy shape, league, runners and how
+    their results make one rollout."""
+
+    kind = "melee_selfplay"
+    reward_terms = tuple(RewardTerms.__dataclass_fields__)
+    knockout_term = "stocks_taken"
+
+    def __init__(self, cfg):
+        if not cfg.shards:
+            raise ValueError("--env melee needs --shards: the melee_frames version the games are seeded from")
+        self.cfg = cfg
+        self.num_envs = cfg.num_runners * cfg.envs_per_runner  # rollout columns: every runner's games
+
+    def policy_config(self):
+        from models.ppo_policy import RecurrentPolicyConfig
+
+        return RecurrentPolicyConfig(d_obs=OBS_WIDTH, num_actions=NUM_ACTIONS,
+                                     opponent_window=self.cfg.opponent_window, d_lstm=self.cfg.d_lstm)
+
+    def start_policy(self, policy) -> None:
+        """A fresh policy starts as initialized (no offline-RL policy plays Melee here)."""
+
+    def league_config(self):
+        from training.league import LeagueConfig
+
+        return LeagueConfig(snapshot_every=self.cfg.snapshot_every, strong=("replay",), weak=("random",))
+
+    def identity(self):
+        from shards_schema.reader import open_version
+        from training.checkpoints import shard_identity
+
+        return shard_identity(open_version(self.cfg.shards))
+
+    def runners(self, policy_cfg, first_update: int, draw, weights_of) -> list:
+        import ray
+
+        from training.selfplay import load_world_model
+
+        world_model = load_world_model(self.cfg)
+        cls = ray.remote(num_cpus=self.cfg.cpus_per_runner)(MeleeRunner)
+        return [cls.remote(world_model, self.cfg.shards, policy_cfg, num_envs=self.cfg.envs_per_runner,
+                           seed=self.cfg.seed * 1000 + first_update * 10 + i, seed_frames=self.cfg.seed_frames,
+                           max_frames=self.cfg.max_frames, reward_per_percent=self.cfg.reward_per_percent,
+                           draw_opponent=draw, snapshot_weights=weights_of) for i in range(self.cfg.num_runners)]
+
+    def collect(self, runners: list, weights_ref, ppo):
+        """(rollout of every runner's games side by side, finished ``Episode``s)."""
+        import ray
+
+        from training.ppo import concat_rollouts
+
+        results = ray.get([r.collect.remote(weights_ref, ppo.rollout_steps) for r in runners])
+        return concat_rollouts([r for r, _ in results]), [e for _, episodes in results for e in episodes]
+
+    def close(self, runners: list) -> None:
+        """Nothing outside the runners' processes to stop."""

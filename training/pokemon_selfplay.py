@@ -14,7 +14,6 @@ at the end, with ``Rollout.mask`` False on the padding.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 import torch
 
@@ -66,41 +65,35 @@ def make_selfplay_player_class():
             steps = self.steps.pop(battle.battle_tag, [])
             self.states.pop(battle.battle_tag, None)
             if self.record and steps:
-                self.finished.append((steps, 1.0 if battle.won else -1.0 if battle.lost else 0.0))
+                result = 1.0 if battle.won else -1.0 if battle.lost else 0.0
+                knockouts = (sum(mon.fainted for mon in battle.opponent_team.values()),
+                             sum(mon.fainted for mon in battle.team.values()))
+                self.finished.append((steps, result, knockouts))
             super()._battle_finished_callback(battle)
 
     return SelfPlayPlayer
 
 
-@dataclass
-class Battle:
-    """One finished battle of the learner: its opponent, result (+1, 0, -1) and decisions."""
-
-    opponent: object
-    result: float
-    decisions: int
-
-
-def battles_to_rollout(battles: list[tuple[list[dict], float]], seq_len: int):
+def battles_to_rollout(battles: list[tuple], seq_len: int):
     """Finished battles → a ``training/ppo.Rollout``, one battle per column, padded at the end to a multiple of
     ``seq_len`` (``mask`` False there); the result is the reward of each battle's last decision, which is terminal."""
     from training.ppo import Rollout
 
-    longest = max(len(steps) for steps, _ in battles)
+    longest = max(len(steps) for steps, *_ in battles)
     t = -(-longest // seq_len) * seq_len
     n = len(battles)
     first = battles[0][0][0]
 
     def column(key, fill):
         out = torch.full((t, n, *torch.as_tensor(first[key]).shape), fill, dtype=torch.as_tensor(first[key]).dtype)
-        for j, (steps, _) in enumerate(battles):
+        for j, (steps, *_) in enumerate(battles):
             out[:len(steps), j] = torch.stack([torch.as_tensor(s[key]) for s in steps])
         return out
 
     mask = torch.zeros(t, n, dtype=torch.bool)
     rewards = torch.zeros(t, n)
     terminated = torch.zeros(t, n, dtype=torch.bool)
-    for j, (steps, result) in enumerate(battles):
+    for j, (steps, result, *_) in enumerate(battles):
         mask[:len(steps), j] = True
         rewards[len(steps) - 1, j] = result
         terminated[len(steps) - 1:, j] = True  # the end, and the padding after it (no value flows back from it)
@@ -150,9 +143,9 @@ class PokemonRunner:
                                                 seed=self.seed + 1, **common)
         return getattr(players, OPPONENT_CLASSES[opponent.name])(account, **common)
 
-    def collect(self, weights: dict, battles: int) -> tuple[list[tuple[list[dict], float]], list[Battle]]:
-        """``battles`` battles with the learner's ``weights`` against one opponent drawn from the league:
-        (the learner's recorded battles, a ``Battle`` per finished one)."""
+    def collect(self, weights: dict, battles: int) -> tuple[list[tuple], list]:
+        """``battles`` battles with the learner's ``weights`` against one opponent drawn from the league: (the
+        learner's recorded battles as (decisions, result, knockouts), an ``Episode`` per finished one)."""
         from poke_env import AccountConfiguration, ServerConfiguration
 
         self.policy.load_state_dict(weights)
@@ -172,9 +165,78 @@ class PokemonRunner:
                                  return_exceptions=True)
 
         asyncio.run(play())
+        from training.melee_selfplay import Episode
+
         finished = made["learner"].finished
-        return finished, [Battle(opponent=opponent_choice, result=result, decisions=len(steps))
-                          for steps, result in finished]
+        return finished, [Episode(opponent=opponent_choice, side=0, frames=len(steps),
+                                  terms={"result": result, "knockouts_dealt": dealt, "knockouts_taken": taken},
+                                  reward=result, score=(result + 1.0) / 2.0, truncated=False)
+                          for steps, result, (dealt, taken) in finished]
 
     def close(self) -> None:
         self._server.__exit__(None, None, None)
+
+
+class PokemonSelfPlay:
+    """Real Pokémon battles as ``training/selfplay.py``'s environment, on top of an offline-RL checkpoint
+    (``--policy-init``): its turn features (frozen) are the observations and its actor head starts the policy, so
+    at step 0 the learner chooses as that policy does. The runs' data identity is the checkpoint's (its observation
+    spec and vocabulary), checked against this code's before any battle."""
+
+    kind = "pokemon_selfplay"
+    reward_terms = ("result", "knockouts_dealt", "knockouts_taken")
+    knockout_term = "knockouts_dealt"
+
+    def __init__(self, cfg):
+        from training.checkpoints import POKEMON_OBSERVATION, live_identity, read_checkpoint
+
+        if not cfg.policy_init:
+            raise ValueError("--env pokemon needs --policy-init: an offline-RL checkpoint (training/offline_rl.py)")
+        self.cfg = cfg
+        self.checkpoint = read_checkpoint(cfg.policy_init, kind="pokemon_policy")
+        self.checkpoint.check_features(live_identity(POKEMON_OBSERVATION))
+        self.bc = self.checkpoint.build_model()
+        self.context = int(self.checkpoint.train_config["context"])
+        self.num_envs = cfg.num_runners * cfg.battles_per_runner  # rollout columns: one per battle
+
+    def policy_config(self):
+        from models.pokemon_policy import NUM_POLICY_ACTIONS
+        from models.ppo_policy import RecurrentPolicyConfig
+
+        return RecurrentPolicyConfig(d_obs=self.bc.cfg.d_model, num_actions=NUM_POLICY_ACTIONS,
+                                     opponent_window=self.cfg.opponent_window, strategy_heads=2,
+                                     d_lstm=self.cfg.d_lstm)
+
+    def start_policy(self, policy) -> None:
+        """The offline-RL policy's actor head, for a fresh run (zero-started residuals do the rest)."""
+        policy.actor.load_state_dict(self.bc.actor.state_dict())
+
+    def league_config(self):
+        from training.league import LeagueConfig
+
+        return LeagueConfig(snapshot_every=self.cfg.snapshot_every, strong=("heuristic", "maxbp"), weak=("random",))
+
+    def identity(self):
+        return self.checkpoint.data
+
+    def runners(self, policy_cfg, first_update: int, draw, weights_of) -> list:
+        import ray
+
+        cls = ray.remote(num_cpus=self.cfg.cpus_per_runner)(PokemonRunner)
+        return [cls.remote(self.bc, self.context, policy_cfg, battle_format=self.cfg.battle_format,
+                           seed=self.cfg.seed * 1000 + first_update * 10 + i, draw_opponent=draw,
+                           snapshot_weights=weights_of) for i in range(self.cfg.num_runners)]
+
+    def collect(self, runners: list, weights_ref, ppo):
+        """(the runners' battles, one per column, finished ``Episode``s)."""
+        import ray
+
+        results = ray.get([r.collect.remote(weights_ref, self.cfg.battles_per_runner) for r in runners])
+        battles = [b for recorded, _ in results for b in recorded]
+        return battles_to_rollout(battles, ppo.seq_len), [e for _, episodes in results for e in episodes]
+
+    def close(self, runners: list) -> None:
+        """Stop every runner's Showdown server (by PID, in the runner)."""
+        import ray
+
+        ray.get([r.close.remote() for r in runners])

@@ -185,8 +185,10 @@ def update(learner, rollout: Rollout, cfg: PPOConfig, update_index: int, generat
     epochs_run, sums = 0, {}
     for _ in range(cfg.epochs):
         sums = {}
-        batches = P.sequence_minibatches(num_envs, rollout.obs.shape[0], cfg.seq_len, cfg.num_minibatches,
-                                         generator)
+        sequences_here = num_envs * (rollout.obs.shape[0] // cfg.seq_len)
+        # a rollout of fewer sequences than minibatches (a few short battles) is dealt one sequence per minibatch
+        batches = P.sequence_minibatches(num_envs, rollout.obs.shape[0], cfg.seq_len,
+                                         min(cfg.num_minibatches, sequences_here), generator)
         for ids in batches:
             parts = learner.step(lambda model, batch: sequence_loss(model, batch, cfg),
                                  {k: v[ids] for k, v in chunks.items()})

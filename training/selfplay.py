@@ -1,20 +1,22 @@
 """PPO self-play on Ray: environment runners as Ray actors, the learner as a Ray Train worker, a league actor holding
 snapshots, the opponent mix and the ratings.
 
-    python training/selfplay.py --shards OUT/melee_frames/<v> --world-model RUN/ray/.../checkpoint_000010 \\
-        --out runs/selfplay --preset full
-    python training/selfplay.py --tiny --shards OUT/melee_frames/<v> --out runs/sp     # untrained tiny world model
+    python training/selfplay.py --env melee --shards OUT/melee_frames/<v> \\
+        --world-model RUN/ray/.../checkpoint_000010 --out runs/selfplay-melee --preset full
+    python training/selfplay.py --env pokemon --policy-init RUN/ray/.../checkpoint_000040 --out runs/selfplay-pkmn
+    python training/selfplay.py --tiny --shards OUT/melee_frames/<v> --out runs/sp     # untrained world model
 
 Each update: the learner sends its weights to every runner (one object in the store), each runner plays its games
-for ``rollout_steps`` steps against opponents it draws from the league and returns the learner's side only, the
-learner runs one PPO update (``training/ppo.py``) on the concatenated rollouts, reports every finished game to the
-league (Elo), and every ``snapshot_every`` updates adds a snapshot of itself to the opponent pool. Checkpoints are the
-shared self-describing ones (``training/checkpoints.py``), with the league in them: a resumed run continues with the
-same opponent pool and ratings. Metrics per reward term and behaviour (win rate against each opponent kind, damage
-dealt and taken, knockouts) go to ``OUT/metrics.csv`` and W&B, with a progress line per update.
+against opponents it draws from the league and returns the learner's side only, the learner runs one PPO update
+(``training/ppo.py``) on the rollouts, reports every finished game to the league (Elo), and every
+``snapshot_every`` updates adds a snapshot of itself to the opponent pool. Checkpoints are the shared
+self-describing ones (``training/checkpoints.py``), with the league in them: a resumed run continues with the same
+opponent pool and ratings. Metrics per reward term and behaviour (win rate against each opponent kind, knockouts)
+go to ``OUT/metrics.csv`` and W&B, with a line per update.
 
-The environment is the Melee world model (``training/melee_selfplay.py``); the Pokémon environment (poke-env
-battles on the local Showdown server) is not built yet.
+Environments (``ENVIRONMENTS``): ``melee``, the world model (``training/melee_selfplay.py``), and ``pokemon``,
+real battles on each runner's own local Showdown server on top of an offline-RL checkpoint
+(``training/pokemon_selfplay.py``).
 """
 
 from __future__ import annotations
@@ -30,13 +32,23 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 
+ENVIRONMENTS = {"melee": "training.melee_selfplay.MeleeSelfPlay",
+                "pokemon": "training.pokemon_selfplay.PokemonSelfPlay"}
+"""Each environment's side of a run: policy shape, league, runners, how their results make a rollout."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class SelfPlayConfig:
     """Configuration of a self-play run.
 
     Attributes:
-        shards: the melee_frames shard version the games are seeded from (a local path or a URI).
         out: run folder (checkpoints, metrics.csv, wandb).
+        env: ``melee`` (the world model) or ``pokemon`` (real battles on local Showdown servers).
+        shards: melee: the melee_frames shard version the games are seeded from (a local path or a URI).
+        policy_init: pokemon: the offline-RL checkpoint (training/offline_rl.py) whose turn features the policy
+            reads (frozen) and whose actor head it starts from.
+        battle_format: pokemon: the format of the battles.
+        battles_per_runner: pokemon: battles each runner plays per update (its rollout).
         world_model: the world-model checkpoint the games run in (folder or state.pt), or ``untrained`` for a fresh
             model of --world-model-preset (tests, demo).
         world_model_preset: preset of an untrained world model.
@@ -44,7 +56,8 @@ class SelfPlayConfig:
         updates: PPO updates (0: the preset's).
         num_runners: environment runner actors.
         envs_per_runner: games each runner plays at once.
-        rollout_steps: steps per game between updates (0: the preset's).
+        rollout_steps: melee: steps per game between updates (0: the preset's); pokemon: whole battles are played, so
+            it only sets the training sequences' length.
         cpus_per_runner: CPUs each runner actor reserves.
         seed_frames: real frames each game is primed on.
         max_frames: frames before a game is cut by the time limit (bootstrapped, not terminal).
@@ -60,8 +73,12 @@ class SelfPlayConfig:
         resume: continue from the latest checkpoint under --out (policy, optimizer, league, update).
     """
 
-    shards: str
     out: str
+    env: str = "melee"
+    shards: str = ""
+    policy_init: str = ""
+    battle_format: str = "gen9randombattle"
+    battles_per_runner: int = 4
     world_model: str = "untrained"
     world_model_preset: str = "tiny"
     preset: str = "full"
@@ -84,6 +101,8 @@ class SelfPlayConfig:
     resume: bool = False
 
     def __post_init__(self):
+        if self.env not in ENVIRONMENTS:
+            raise ValueError(f"--env must be one of {sorted(ENVIRONMENTS)}")
         if self.preset not in ("full", "test"):
             raise ValueError("--preset must be full or test")
         if min(self.num_runners, self.envs_per_runner, self.max_frames, self.snapshot_every) < 1:
@@ -92,33 +111,31 @@ class SelfPlayConfig:
             raise ValueError("--wandb-mode must be auto, online, offline or disabled")
 
     @classmethod
-    def tiny(cls, *, shards: str, out: str, **overrides) -> SelfPlayConfig:
-        fields = {"preset": "test", "num_runners": 2, "envs_per_runner": 2, "rollout_steps": 8, "seed_frames": 20,
+    def tiny(cls, *, out: str, **overrides) -> SelfPlayConfig:
+        fields = {"battles_per_runner": 2, "preset": "test", "num_runners": 2, "envs_per_runner": 2,
+                  "rollout_steps": 8, "seed_frames": 20,
                   "max_frames": 12, "opponent_window": 3, "d_lstm": 16, "snapshot_every": 2, "wandb_mode": "disabled",
                   **overrides}
-        return cls(shards=shards, out=out, **fields)
+        return cls(out=out, **fields)
 
-    def ppo(self):
-        """The PPO hyperparameters: the preset's, with this run's environment count and lengths."""
+    def environment(self):
+        """The environment's side of the run (``ENVIRONMENTS``)."""
+        import importlib
+
+        module, _, name = ENVIRONMENTS[self.env].rpartition(".")
+        return getattr(importlib.import_module(module), name)(self)
+
+    def ppo(self, num_envs: int):
+        """The PPO hyperparameters: the preset's, with this run's environment count (``num_envs`` columns per
+        rollout) and lengths; never more minibatches than a rollout has sequences."""
         from training.ppo import PPOConfig
 
         base = PPOConfig.test() if self.preset == "test" else PPOConfig.full()
         steps = self.rollout_steps or base.rollout_steps
-        return dataclasses.replace(base, num_envs=self.num_runners * self.envs_per_runner, rollout_steps=steps,
-                                   seq_len=min(base.seq_len, steps), updates=self.updates or base.updates,
-                                   seed=self.seed)
-
-    def policy(self):
-        from models.ppo_policy import RecurrentPolicyConfig
-        from training.melee_selfplay import NUM_ACTIONS, OBS_WIDTH
-
-        return RecurrentPolicyConfig(d_obs=OBS_WIDTH, num_actions=NUM_ACTIONS, opponent_window=self.opponent_window,
-                                     d_lstm=self.d_lstm)
-
-    def league(self):
-        from training.league import LeagueConfig
-
-        return LeagueConfig(snapshot_every=self.snapshot_every, strong=("replay",), weak=("random",))
+        seq_len = min(base.seq_len, steps)
+        return dataclasses.replace(base, num_envs=num_envs, rollout_steps=steps, seq_len=seq_len,
+                                   num_minibatches=min(base.num_minibatches, num_envs * (steps // seq_len)),
+                                   updates=self.updates or base.updates, seed=self.seed)
 
 
 class LeagueActor:
@@ -167,22 +184,21 @@ def load_world_model(cfg: SelfPlayConfig):
     return load_model(cfg.world_model)
 
 
-def episode_metrics(episodes: list) -> dict:
+def episode_metrics(episodes: list, terms: tuple[str, ...], knockout_term: str) -> dict:
     """Per reward term and behaviour over the games that finished this update: win rate against each opponent kind,
     damage dealt and taken, knockouts, game length. Every key is always there (NaN without games), so the CSV keeps
     one set of columns."""
     from training.league import OPPONENT_KINDS
-    from training.melee_selfplay import RewardTerms
 
     def mean(values: list[float]) -> float:
         return sum(values) / len(values) if values else float("nan")
 
     out: dict = {"games": len(episodes)}
-    for term in RewardTerms.__dataclass_fields__:
+    for term in terms:
         out[f"term_{term}"] = mean([e.terms[term] for e in episodes])
     out["episode_reward"] = mean([e.reward for e in episodes])
     out["episode_frames"] = mean([e.frames for e in episodes])
-    out["knockouts"] = mean([e.terms["stocks_taken"] for e in episodes])
+    out["knockouts"] = mean([e.terms[knockout_term] for e in episodes])
     for kind in OPPONENT_KINDS:
         out[f"win_rate_{kind}"] = mean([e.score for e in episodes if e.opponent.kind == kind])
     return out
@@ -195,17 +211,17 @@ def train_loop_per_worker(config: dict) -> None:
     import torch
 
     from models.ppo_policy import RecurrentPolicy
-    from training.checkpoints import DataIdentity, set_rng_state
-    from training.fit import Learner, report_checkpoint, worker_checkpoint
-    from training.loop import MetricsWriter, start_worker
-    from training.melee_selfplay import MeleeRunner
-    from training.ppo import concat_rollouts, update
+    from training.checkpoints import set_rng_state
+    from training.fit import Learner, worker_checkpoint
+    from training.loop import start_worker
 
     cfg = SelfPlayConfig(**config["cfg"])
+    env = cfg.environment()
     rank, world, device, cuda = start_worker(cfg, "selfplay")
-    ppo, policy_cfg = cfg.ppo(), cfg.policy()
+    ppo, policy_cfg = cfg.ppo(env.num_envs), env.policy_config()
     torch.manual_seed(cfg.seed)
     policy = RecurrentPolicy(policy_cfg)
+    env.start_policy(policy)
     learner = Learner(policy, lr=ppo.lr, weight_decay=0.0, grad_clip=ppo.grad_clip, device=device)
     first_update, league_state = 0, None
     start, _ = worker_checkpoint(config, device)
@@ -214,8 +230,7 @@ def train_loop_per_worker(config: dict) -> None:
         set_rng_state(start.rng[0])
         first_update, league_state = start.step, start.extra["league"]
     generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + first_update)
-    league = ray.remote(num_cpus=0)(LeagueActor).remote(cfg.league(), league_state, cfg.seed + first_update)
-    world_model = load_world_model(cfg)
+    league = ray.remote(num_cpus=0)(LeagueActor).remote(env.league_config(), league_state, cfg.seed + first_update)
 
     def draw():
         return ray.get(league.draw.remote())
@@ -223,48 +238,52 @@ def train_loop_per_worker(config: dict) -> None:
     def weights_of(name):
         return ray.get(league.snapshot.remote(name))
 
-    runner_class = ray.remote(num_cpus=cfg.cpus_per_runner)(MeleeRunner)
-    runners = [runner_class.remote(world_model, cfg.shards, policy_cfg, num_envs=cfg.envs_per_runner,
-                                   seed=cfg.seed * 1000 + first_update * 10 + i, seed_frames=cfg.seed_frames,
-                                   max_frames=cfg.max_frames, reward_per_percent=cfg.reward_per_percent,
-                                   draw_opponent=draw, snapshot_weights=weights_of)
-               for i in range(cfg.num_runners)]
+    runners = env.runners(policy_cfg, first_update, draw, weights_of)
+    try:
+        _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_update, generator, rank, world)
+    finally:
+        env.close(runners)
+
+
+def _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_update, generator, rank, world):
+    """The updates: weights out to the runners, their rollouts in, one PPO update, the league told, metrics and
+    checkpoints written."""
+    import ray
+
+    from training.checkpoints import DataIdentity, payload
+    from training.fit import report_checkpoint
+    from training.loop import MetricsWriter
+    from training.ppo import update
+
     writer = MetricsWriter(Path(config["run_folder"]), dataclasses.asdict(cfg), cfg.wandb_mode, "selfplay")
     data = DataIdentity(**config["data"])
-    started, steps_done = time.monotonic(), 0
+    started = time.monotonic()
     for u in range(first_update, ppo.updates):
         weights = {k: v.detach().cpu().clone() for k, v in learner.module.state_dict().items()}
         ref = ray.put(weights)
         t0 = time.monotonic()
-        results = ray.get([r.collect.remote(ref, ppo.rollout_steps) for r in runners])
+        rollout, episodes = env.collect(runners, ref, ppo)
         collect_s = time.monotonic() - t0
-        rollout = concat_rollouts([r for r, _ in results])
-        episodes = [e for _, eps in results for e in eps]
+        steps_taken = int(rollout.mask.sum()) if rollout.mask is not None else rollout.actions.numel()
         metrics = update(learner, rollout, ppo, u, generator)
         league.record.remote([(e.opponent.name, e.score) for e in episodes])
         done = u + 1
         if done % cfg.snapshot_every == 0:
             ray.get(league.add_snapshot.remote(done, weights))
-        steps_done += rollout.actions.numel()
         ratings = ray.get(league.ratings.remote())
         snapshots = sorted(n for n in ratings if n.startswith("snapshot-"))
-        line = {"step": done, **metrics, **episode_metrics(episodes),
-                "env_steps_per_s": rollout.actions.numel() / max(collect_s, 1e-9),
+        line = {"step": done, **metrics, **episode_metrics(episodes, env.reward_terms, env.knockout_term),
+                "env_steps_per_s": steps_taken / max(collect_s, 1e-9),
                 "learner_rating": ratings["learner"],
                 "latest_snapshot_rating": ratings[snapshots[-1]] if snapshots else float("nan"),
                 "elapsed_s": time.monotonic() - started}
         writer.write(line)
         if done % ppo.checkpoint_every == 0 or done == ppo.updates:
             state = {"league": ray.get(league.state_dict.remote()), "ratings": ratings}
-            report_checkpoint(payload_for(policy_cfg, cfg, done, data, learner, state), line, rank, world)
+            report_checkpoint(payload(kind=env.kind, model_config=policy_cfg, train_config=cfg, step=done,
+                                      data=data, model=learner.model, optimizer=learner.optimizer, extra=state),
+                              line, rank, world)
     writer.close()
-
-
-def payload_for(policy_cfg, cfg, update_count: int, data, learner, extra: dict) -> dict:
-    from training.checkpoints import payload
-
-    return payload(kind="melee_selfplay", model_config=policy_cfg, train_config=cfg, step=update_count, data=data,
-                   model=learner.model, optimizer=learner.optimizer, extra=extra)
 
 
 def run(cfg: SelfPlayConfig):
@@ -276,20 +295,22 @@ def run(cfg: SelfPlayConfig):
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from shards_schema.reader import open_version
-    from training.checkpoints import read_checkpoint, shard_identity
+    from training.checkpoints import read_checkpoint
 
-    cfg = dataclasses.replace(cfg, shards=storage.normalize(cfg.shards), out=storage.normalize(cfg.out))
-    identity = shard_identity(open_version(cfg.shards))
+    cfg = dataclasses.replace(cfg, out=storage.normalize(cfg.out),
+                              **{k: storage.normalize(getattr(cfg, k)) for k in ("shards", "policy_init", "world_model")
+                                 if getattr(cfg, k) and getattr(cfg, k) != "untrained"})
+    identity = cfg.environment().identity()
     latest = latest_checkpoint(cfg.out) if cfg.resume else None
     if cfg.resume and latest is None:
         raise FileNotFoundError(f"--resume: no checkpoint under {storage.join(cfg.out, 'ray')}")
     if latest:
         ckpt = read_checkpoint(latest)
-        if ckpt.kind != "melee_selfplay" or "league" not in ckpt.extra:
+        if ckpt.kind != cfg.environment().kind or "league" not in ckpt.extra:
             raise ValueError(f"--resume {latest}: not a self-play checkpoint ({ckpt.kind})")
-        if ckpt.step >= cfg.ppo().updates:
-            raise ValueError(f"--resume: the checkpoint is at update {ckpt.step}, --updates is {cfg.ppo().updates}")
+        updates = cfg.ppo(cfg.environment().num_envs).updates
+        if ckpt.step >= updates:
+            raise ValueError(f"--resume: the checkpoint is at update {ckpt.step}, --updates is {updates}")
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"cfg": dataclasses.asdict(cfg), "resume_path": latest,
