@@ -105,6 +105,10 @@ class PolicyRecipe(Recipe):
     tag = "train"
     stream_fields = ("sides",)
 
+    def __init__(self, cfg: TrainConfig, plan: dict):
+        super().__init__(cfg, plan)
+        self._gammas = None  # the critics' discount factors on the training device (see loss)
+
     @classmethod
     def make_plan(cls, cfg: TrainConfig, version) -> dict:
         from pipelines.pokemon.observation import vocabulary
@@ -140,8 +144,11 @@ class PolicyRecipe(Recipe):
     def loss(self, model, batch: dict, step: int):
         import torch
 
-        gammas = torch.tensor(getattr(model, "module", model).cfg.gammas, device=batch["reward"].device)
-        total, actor, critic, accuracy, _ = compute_losses(model, batch, self.cfg, gammas)
+        device = batch["reward"].device
+        if self._gammas is None or self._gammas.device != device:
+            # made once per device: a new tensor each step is a host→device copy every step
+            self._gammas = torch.tensor(getattr(model, "module", model).cfg.gammas, device=device)
+        total, actor, critic, accuracy, _ = compute_losses(model, batch, self.cfg, self._gammas)
         return total, {"actor_loss": actor, "critic_loss": critic, "accuracy": accuracy}
 
 

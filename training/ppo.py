@@ -192,8 +192,9 @@ def update(learner, rollout: Rollout, cfg: PPOConfig, update_index: int, generat
         for ids in batches:
             parts = learner.step(lambda model, batch: sequence_loss(model, batch, cfg),
                                  {k: v[ids] for k, v in chunks.items()})
-            for k, v in parts.items():
-                sums[k] = sums.get(k, 0.0) + float(v) / len(batches)
+            for k, v in parts.items():  # summed on the device; read once per epoch, not per minibatch
+                sums[k] = sums.get(k, 0.0) + v / len(batches)
+        sums = {k: float(v) for k, v in sums.items()}
         epochs_run += 1
         if cfg.target_kl is not None and sums["approx_kl"] > cfg.target_kl:
             break
