@@ -3,6 +3,7 @@ own decisions, starts on the offline-RL policy's choices, and its battles become
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -47,13 +48,17 @@ def test_a_runner_plays_real_battles_and_they_train(bc_policy):
     cfg = RecurrentPolicyConfig(d_obs=bc_policy.cfg.d_model, num_actions=9, opponent_window=4, d_strategy=16,
                                 strategy_heads=2, d_lstm=16)
     policy = RecurrentPolicy.on_top_of(cfg, bc_policy.actor)
-    runner = PokemonRunner(bc_policy, 16, cfg, seed=3, draw_opponent=lambda: Opponent("weak", "random"))
+    draws = itertools.cycle([Opponent("weak", "random"), Opponent("strong", "maxbp")])
+    runner = PokemonRunner(bc_policy, 16, cfg, seed=3, draw_opponent=lambda: next(draws))
     try:
         recorded, battles = runner.collect(policy.state_dict(), battles=2)
     finally:
         runner.close()
     assert len(battles) == 2 and all(b.reward in (-1.0, 0.0, 1.0) and b.frames > 0 for b in battles)
-    assert all(b.score == (b.reward + 1) / 2 and b.opponent.kind == "weak" for b in battles)
+    assert all(b.score == (b.reward + 1) / 2 for b in battles)
+    # each battle against its own draw, and each result filed under the opponent it was played against
+    assert sorted(b.opponent.name for b in battles) == ["maxbp", "random"]
+    assert [r[3] for r in recorded] == [b.opponent for b in battles]
     rollout = battles_to_rollout(recorded, seq_len=8)
     assert rollout.mask.sum() == sum(b.frames for b in battles)  # its own decisions, nothing of the opponent
     assert rollout.episode_start[0].all()
@@ -97,3 +102,42 @@ def test_a_short_selfplay_run_in_real_battles(bc_policy, ray_local, tmp_path):
     assert [int(r["step"]) for r in rows] == [1, 2] and all(int(r["games"]) == 2 for r in rows)
     assert all(float(r["term_result"]) in (-1.0, -0.5, 0.0, 0.5, 1.0) for r in rows)
     assert all(math.isfinite(float(r["policy_loss"])) for r in rows)
+
+
+@needs_simulator
+@pytest.mark.timeout(600)
+def test_from_scratch_the_encoder_travels_with_the_checkpoint_and_it_plays(ray_local, tmp_path):
+    """Without --policy-init: an untrained, frozen encoder of --encoder-preset; the checkpoint keeps it, evaluation
+    plays the checkpoint from it alone, and the report draws the snapshots' ratings."""
+    from training.checkpoints import read_checkpoint
+    from training.evaluate import EvalConfig
+    from training.evaluate import run as evaluate
+    from training.loop import latest_checkpoint
+    from training.pokemon_selfplay import encoder_from_state, untrained_encoder
+    from training.selfplay import SelfPlayConfig, run
+    from training.selfplay_report import ReportConfig, report
+    from training.showdown_server import free_port
+
+    out = tmp_path / "run"
+    cfg = SelfPlayConfig.tiny(env="pokemon", out=str(out), updates=2, num_runners=1, battles_per_runner=2,
+                              snapshot_every=1, encoder_preset="tiny", encoder_context=3, seed=5)
+    assert run(cfg).error is None
+    saved = read_checkpoint(latest_checkpoint(out))
+    encoder, context = encoder_from_state(saved.extra["encoder"])
+    assert context == 3 and saved.extra["encoder"]["source"] == "untrained tiny (seed 5)"
+    fresh = untrained_encoder("tiny", 5)
+    assert all(torch.equal(a, b) for a, b in zip(encoder.state_dict().values(), fresh.state_dict().values(),
+                                                 strict=True))
+    rows = evaluate(EvalConfig.tiny(checkpoint=str(latest_checkpoint(out)), port=free_port()), log=lambda _: None)
+    assert rows[0]["battles"] == 2 and rows[0]["fallback_moves"] == 0
+    png = report(ReportConfig(out=str(out)))
+    assert png.name == "ratings.png" and png.stat().st_size > 1000
+
+
+def test_the_report_reads_snapshots_and_the_learner_by_update(tmp_path):
+    from training.selfplay_report import learner_ratings, snapshot_ratings
+
+    assert snapshot_ratings({"random": 1000.0, "learner": 1100.0, "snapshot-000010": 1050.0,
+                             "snapshot-000002": 990.0}) == [(2, 990.0), (10, 1050.0)]
+    (tmp_path / "metrics.csv").write_text("step,learner_rating\n1,1000\n2,1010\n2,1012\n3,1020\n")
+    assert learner_ratings(tmp_path / "metrics.csv") == [(1, 1000.0), (2, 1012.0), (3, 1020.0)]

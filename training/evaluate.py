@@ -82,6 +82,30 @@ def load_policy(path: str, device: str = "cpu"):
     return ckpt.build_model().to(device), int(ckpt.train_config["context"])
 
 
+def load_player(path: str):
+    """A function (account, **poke-env player options) → a player of the policy in a checkpoint (its folder or
+    ``state.pt``, a path or a URI): an offline-RL policy (``pokemon_policy``) or a self-play policy
+    (``pokemon_selfplay``, on the frozen encoder its checkpoint holds), both choosing their most likely legal
+    action. Refused when the checkpoint reads another observation spec or vocabulary than this code makes."""
+    import functools
+
+    from training.checkpoints import POKEMON_OBSERVATION, CheckpointError, live_identity, read_checkpoint
+
+    ckpt = read_checkpoint(path)
+    if ckpt.kind in ("pokemon_policy", "pokemon_selfplay"):
+        ckpt.check_features(live_identity(POKEMON_OBSERVATION))
+    if ckpt.kind == "pokemon_policy":
+        return functools.partial(make_player_class(), ckpt.build_model(), int(ckpt.train_config["context"]))
+    if ckpt.kind == "pokemon_selfplay":
+        from training.pokemon_selfplay import encoder_from_state, make_selfplay_player_class
+
+        encoder, context = encoder_from_state(ckpt.extra["encoder"])
+        return functools.partial(make_selfplay_player_class(), encoder, context, ckpt.build_model(), record=False,
+                                 greedy=True)
+    raise CheckpointError(f"{path} holds a {ckpt.kind} model; evaluate.py plays pokemon_policy and "
+                          "pokemon_selfplay checkpoints")
+
+
 def make_player_class():
     """The poke-env Player subclass (imported lazily: poke-env is only needed to play)."""
     import numpy as np
@@ -189,7 +213,8 @@ class EvalConfig:
     """Configuration of an evaluation.
 
     Attributes:
-        checkpoint: the policy's ``state.pt`` (a local path or a URI: ``s3://bucket/runs/bc/ray/.../state.pt``).
+        checkpoint: the policy's ``state.pt`` (a local path or a URI: ``s3://bucket/runs/bc/ray/.../state.pt``): an
+            offline-RL (training/offline_rl.py) or a Pokémon self-play (training/selfplay.py) checkpoint.
         port: port of the local Showdown server (bound to 127.0.0.1).
         checkpoint2: a second policy to play against instead of the built-in opponents.
         battles: battles per opponent and format.
@@ -228,8 +253,8 @@ async def _play(cfg: EvalConfig, url: str) -> list[dict]:
 
     server = ServerConfiguration(url, "https://play.pokemonshowdown.com/action.php?")
     classes = {"random": RandomPlayer, "maxbp": MaxBasePowerPlayer, "heuristic": SimpleHeuristicsPlayer}
-    Policy = make_player_class()
-    model, context = load_policy(cfg.checkpoint)
+    make_player = load_player(cfg.checkpoint)
+    make_other = load_player(cfg.checkpoint2) if cfg.checkpoint2 else None
     rows, jobs, clients = [], [], []
     for fmt in cfg.formats:
         names = ["checkpoint2"] if cfg.checkpoint2 else cfg.opponents
@@ -239,12 +264,11 @@ async def _play(cfg: EvalConfig, url: str) -> list[dict]:
         for k, name in enumerate(names):
             # Showdown names are at most 18 characters; longer ones are cut and the login check fails
             tag = f"{fmt[3]}{fmt[-2:]}{k}"
-            player = Policy(model, context, AccountConfiguration(f"rf policy {tag}", None),
+            player = make_player(AccountConfiguration(f"rf policy {tag}", None),
                             server_configuration=server, battle_format=fmt, max_concurrent_battles=cfg.concurrency,
                             team=team(0))
-            if cfg.checkpoint2:
-                model2, context2 = load_policy(cfg.checkpoint2)
-                opponent = Policy(model2, context2, AccountConfiguration(f"rf other {tag}", None),
+            if make_other is not None:
+                opponent = make_other(AccountConfiguration(f"rf other {tag}", None),
                                   server_configuration=server, battle_format=fmt,
                                   max_concurrent_battles=cfg.concurrency, team=team(k + 1))
             else:

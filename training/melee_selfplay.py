@@ -388,6 +388,13 @@ class MeleeSelfPlay:
     def start_policy(self, policy) -> None:
         """A fresh policy starts as initialized (no offline-RL policy plays Melee here)."""
 
+    def extra(self) -> dict:
+        """Nothing beside the policy: the world model and shards are named in the run's config."""
+        return {}
+
+    def restore(self, extra: dict) -> None:
+        """Nothing to restore beside the policy and the league."""
+
     def league_config(self):
         from training.league import LeagueConfig
 

@@ -30,12 +30,14 @@ def make_selfplay_player_class():
     class SelfPlayPlayer(base):
         """Chooses with the self-play policy over the offline-RL policy's turn features; records its decisions."""
 
-        def __init__(self, bc_model, context: int, policy, *args, record: bool = True, seed: int = 0, **kwargs):
+        def __init__(self, bc_model, context: int, policy, *args, record: bool = True, greedy: bool = False,
+                     seed: int = 0, **kwargs):
             super().__init__(bc_model, context, *args, **kwargs)
-            self.policy, self.record = policy.eval(), record
+            self.policy, self.record, self.greedy = policy.eval(), record, greedy
             self.states: dict[str, tuple] = {}
             self.steps: dict[str, list[dict]] = {}
-            self.finished: list[tuple[list[dict], float]] = []
+            self.finished: list[tuple] = []  # (decisions, result, (knockouts dealt, taken), opponent)
+            self.opponent = None  # the league's Opponent of the battles now being played
             self.generator = torch.Generator().manual_seed(seed)
 
         def select(self, battle, tokens, numeric, legal) -> int:
@@ -52,7 +54,9 @@ def make_selfplay_player_class():
                 out = self.policy.step(features[-1][None], opponent[None], valid[None], torch.tensor([start]),
                                        legal[0, -1][None], state)
                 probs = torch.softmax(out.logits[0, 0].float(), -1)
-                action = int(torch.multinomial(probs, 1, generator=self.generator))
+                # greedy: evaluation, as evaluate.py's player (the same choice as the offline-RL policy at step 0)
+                action = int(probs.argmax()) if self.greedy else int(torch.multinomial(probs, 1,
+                                                                                         generator=self.generator))
             self.states[tag] = out.state
             if self.record:
                 self.steps.setdefault(tag, []).append({
@@ -68,7 +72,7 @@ def make_selfplay_player_class():
                 result = 1.0 if battle.won else -1.0 if battle.lost else 0.0
                 knockouts = (sum(mon.fainted for mon in battle.opponent_team.values()),
                              sum(mon.fainted for mon in battle.team.values()))
-                self.finished.append((steps, result, knockouts))
+                self.finished.append((steps, result, knockouts, self.opponent))
             super()._battle_finished_callback(battle)
 
     return SelfPlayPlayer
@@ -144,12 +148,15 @@ class PokemonRunner:
         return getattr(players, OPPONENT_CLASSES[opponent.name])(account, **common)
 
     def collect(self, weights: dict, battles: int) -> tuple[list[tuple], list]:
-        """``battles`` battles with the learner's ``weights`` against one opponent drawn from the league: (the
-        learner's recorded battles as (decisions, result, knockouts), an ``Episode`` per finished one)."""
+        """``battles`` battles with the learner's ``weights``, each against its own opponent drawn from the league
+        (battles against the same opponent run together): (the learner's recorded battles as (decisions, result,
+        knockouts, opponent), an ``Episode`` per finished one)."""
+        import collections
+
         from poke_env import AccountConfiguration, ServerConfiguration
 
         self.policy.load_state_dict(weights)
-        opponent_choice = self.draw_opponent()
+        drawn = collections.Counter(self.draw_opponent() for _ in range(battles))
         self.rounds += 1
         tag = f"{self.seed % 1000}x{self.rounds % 1000}"  # Showdown names are at most 18 characters
         made = {}
@@ -159,29 +166,64 @@ class PokemonRunner:
                 self.bc_model, self.context, self.policy, AccountConfiguration(f"rf learner {tag}", None),
                 server_configuration=ServerConfiguration(self.url, None), battle_format=self.format,
                 max_concurrent_battles=self.concurrency, seed=self.seed + self.rounds)
-            opponent = self._opponent(opponent_choice, tag)
-            await learner.battle_against(opponent, n_battles=battles)
-            await asyncio.gather(learner.ps_client.stop_listening(), opponent.ps_client.stop_listening(),
-                                 return_exceptions=True)
+            clients = [learner]
+            for k, (choice, n) in enumerate(sorted(drawn.items(), key=lambda item: item[0].name)):
+                opponent = self._opponent(choice, f"{tag}o{k}")
+                clients.append(opponent)
+                learner.opponent = choice
+                await learner.battle_against(opponent, n_battles=n)
+            await asyncio.gather(*(c.ps_client.stop_listening() for c in clients), return_exceptions=True)
 
         asyncio.run(play())
         from training.melee_selfplay import Episode
 
         finished = made["learner"].finished
-        return finished, [Episode(opponent=opponent_choice, side=0, frames=len(steps),
+        return finished, [Episode(opponent=opponent, side=0, frames=len(steps),
                                   terms={"result": result, "knockouts_dealt": dealt, "knockouts_taken": taken},
                                   reward=result, score=(result + 1.0) / 2.0, truncated=False)
-                          for steps, result, (dealt, taken) in finished]
+                          for steps, result, (dealt, taken), opponent in finished]
 
     def close(self) -> None:
         self._server.__exit__(None, None, None)
 
 
+def untrained_encoder(preset: str, seed: int):
+    """A fresh, frozen turn encoder (``models/pokemon_policy.PokemonPolicy`` of ``preset`` over this code's
+    vocabulary, initialised from ``seed``): the observations of a run from scratch, with no offline-RL policy."""
+    from models.pokemon_policy import PokemonPolicy, PolicyConfig
+    from pipelines.pokemon.observation import vocabulary
+    from shards_schema.versions import POKEMON_TURNS
+
+    torch.manual_seed(seed)
+    return PokemonPolicy(PolicyConfig.preset(preset, len(vocabulary(POKEMON_TURNS.observation)))).eval()
+
+
+def encoder_state(model, context: int, source: str) -> dict:
+    """The frozen turn encoder as a self-play checkpoint keeps it (``extra["encoder"]``): evaluation and resume
+    rebuild it from the checkpoint alone, whatever became of ``--policy-init``."""
+    import dataclasses
+
+    return {"model_config": dataclasses.asdict(model.cfg), "model": model.state_dict(), "context": int(context),
+            "source": source}
+
+
+def encoder_from_state(state: dict):
+    """(frozen encoder, context) from ``encoder_state``'s dict."""
+    from models.pokemon_policy import PokemonPolicy, PolicyConfig
+    from training.checkpoints import config_from_dict
+
+    model = PokemonPolicy(config_from_dict(PolicyConfig, state["model_config"]))
+    model.load_state_dict(state["model"])
+    return model.eval().requires_grad_(False), int(state["context"])
+
+
 class PokemonSelfPlay:
-    """Real Pokémon battles as ``training/selfplay.py``'s environment, on top of an offline-RL checkpoint
-    (``--policy-init``): its turn features (frozen) are the observations and its actor head starts the policy, so
-    at step 0 the learner chooses as that policy does. The runs' data identity is the checkpoint's (its observation
-    spec and vocabulary), checked against this code's before any battle."""
+    """Real Pokémon battles as ``training/selfplay.py``'s environment. With ``--policy-init`` (an offline-RL
+    checkpoint) its turn features (frozen) are the observations and its actor head starts the policy, so at step 0
+    the learner chooses as that policy does; the checkpoint's observation spec and vocabulary are checked against
+    this code's before any battle. Without it, the run starts from scratch: the observations are the turn features
+    of an untrained encoder of ``--encoder-preset`` (frozen, initialised from ``--seed``) and the policy starts as
+    initialised. Either encoder is saved in every checkpoint."""
 
     kind = "pokemon_selfplay"
     reward_terms = ("result", "knockouts_dealt", "knockouts_taken")
@@ -190,13 +232,18 @@ class PokemonSelfPlay:
     def __init__(self, cfg):
         from training.checkpoints import POKEMON_OBSERVATION, live_identity, read_checkpoint
 
-        if not cfg.policy_init:
-            raise ValueError("--env pokemon needs --policy-init: an offline-RL checkpoint (training/offline_rl.py)")
         self.cfg = cfg
-        self.checkpoint = read_checkpoint(cfg.policy_init, kind="pokemon_policy")
-        self.checkpoint.check_features(live_identity(POKEMON_OBSERVATION))
-        self.bc = self.checkpoint.build_model()
-        self.context = int(self.checkpoint.train_config["context"])
+        if cfg.policy_init:
+            self.checkpoint = read_checkpoint(cfg.policy_init, kind="pokemon_policy")
+            self.checkpoint.check_features(live_identity(POKEMON_OBSERVATION))
+            self.bc = self.checkpoint.build_model().requires_grad_(False)
+            self.context = int(self.checkpoint.train_config["context"])
+            self.data, self.source = self.checkpoint.data, cfg.policy_init
+        else:
+            self.checkpoint = None
+            self.bc = untrained_encoder(cfg.encoder_preset, cfg.seed).requires_grad_(False)
+            self.context, self.data = cfg.encoder_context, live_identity(POKEMON_OBSERVATION)
+            self.source = f"untrained {cfg.encoder_preset} (seed {cfg.seed})"
         self.num_envs = cfg.num_runners * cfg.battles_per_runner  # rollout columns: one per battle
 
     def policy_config(self):
@@ -208,8 +255,18 @@ class PokemonSelfPlay:
                                      d_lstm=self.cfg.d_lstm)
 
     def start_policy(self, policy) -> None:
-        """The offline-RL policy's actor head, for a fresh run (zero-started residuals do the rest)."""
-        policy.actor.load_state_dict(self.bc.actor.state_dict())
+        """The offline-RL policy's actor head, for a fresh run (zero-started residuals do the rest); from scratch,
+        the policy as initialised."""
+        if self.checkpoint is not None:
+            policy.actor.load_state_dict(self.bc.actor.state_dict())
+
+    def extra(self) -> dict:
+        """What a checkpoint keeps beside the policy: the frozen encoder its observations come from."""
+        return {"encoder": encoder_state(self.bc, self.context, self.source)}
+
+    def restore(self, extra: dict) -> None:
+        """On resume, the encoder the run was started with (before any runner is made)."""
+        self.bc, self.context = encoder_from_state(extra["encoder"])
 
     def league_config(self):
         from training.league import LeagueConfig
@@ -217,7 +274,7 @@ class PokemonSelfPlay:
         return LeagueConfig(snapshot_every=self.cfg.snapshot_every, strong=("heuristic", "maxbp"), weak=("random",))
 
     def identity(self):
-        return self.checkpoint.data
+        return self.data
 
     def runners(self, policy_cfg, first_update: int, draw, weights_of) -> list:
         import ray

@@ -46,7 +46,9 @@ class SelfPlayConfig:
         env: ``melee`` (the world model) or ``pokemon`` (real battles on local Showdown servers).
         shards: melee: the melee_frames shard version the games are seeded from (a local path or a URI).
         policy_init: pokemon: the offline-RL checkpoint (training/offline_rl.py) whose turn features the policy
-            reads (frozen) and whose actor head it starts from.
+            reads (frozen) and whose actor head it starts from; empty: from scratch, on an untrained encoder.
+        encoder_preset: pokemon from scratch: size of the untrained, frozen turn encoder (models/pokemon_policy.py).
+        encoder_context: pokemon from scratch: turns the encoder reads per decision (the LSTM carries the rest).
         battle_format: pokemon: the format of the battles.
         battles_per_runner: pokemon: battles each runner plays per update (its rollout).
         world_model: the world-model checkpoint the games run in (folder or state.pt), or ``untrained`` for a fresh
@@ -77,6 +79,8 @@ class SelfPlayConfig:
     env: str = "melee"
     shards: str = ""
     policy_init: str = ""
+    encoder_preset: str = "small"
+    encoder_context: int = 4
     battle_format: str = "gen9randombattle"
     battles_per_runner: int = 4
     world_model: str = "untrained"
@@ -229,6 +233,7 @@ def train_loop_per_worker(config: dict) -> None:
         learner.load({"model": start.model, "optimizer": start.optimizer}, optimizer=True)
         set_rng_state(start.rng[0])
         first_update, league_state = start.step, start.extra["league"]
+        env.restore(start.extra)
     generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + first_update)
     league = ray.remote(num_cpus=0)(LeagueActor).remote(env.league_config(), league_state, cfg.seed + first_update)
 
@@ -279,7 +284,7 @@ def _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_up
                 "elapsed_s": time.monotonic() - started}
         writer.write(line)
         if done % ppo.checkpoint_every == 0 or done == ppo.updates:
-            state = {"league": ray.get(league.state_dict.remote()), "ratings": ratings}
+            state = {"league": ray.get(league.state_dict.remote()), "ratings": ratings, **env.extra()}
             report_checkpoint(payload(kind=env.kind, model_config=policy_cfg, train_config=cfg, step=done,
                                       data=data, model=learner.model, optimizer=learner.optimizer, extra=state),
                               line, rank, world)
