@@ -94,6 +94,25 @@ def start_head(temp_dir: Path, env: dict[str, str], *, num_cpus: int, token: str
             time.sleep(1)
 
 
+NO_AGENT_YET = "No available agent to submit job"
+"""Ray's answer (HTTP 500, "please try again later") to a submission that reaches a head whose dashboard agent has
+not registered yet: the dashboard answers before the agent, and on a loaded 2-core machine the agent took longer
+than the submission (seen in a full test run beside two training jobs). Nothing is submitted."""
+
+
+def submit_job(address: str, env: dict[str, str], entrypoint: list[str], *, cwd: Path, timeout_s: float = 600,
+               agent_wait_s: float = 120) -> subprocess.CompletedProcess:
+    """`ray job submit --address ADDRESS --working-dir . -- ENTRYPOINT` from ``cwd``, submitted again while the
+    head says its agent is not up yet (``NO_AGENT_YET``), for at most ``agent_wait_s``."""
+    cmd = [str(RAY_BIN), "job", "submit", "--address", address, "--working-dir", ".", "--", *entrypoint]
+    deadline = time.monotonic() + agent_wait_s
+    while True:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
+        if proc.returncode == 0 or NO_AGENT_YET not in proc.stderr or time.monotonic() > deadline:
+            return proc
+        time.sleep(2)
+
+
 def stop(proc: subprocess.Popen, timeout_s: float = 30) -> None:
     """End a process started with ``start_new_session=True`` and everything it started, by its process group."""
     try:

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 import urllib.request
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO_ROOT, SHARED_DATA, shared_data
-from ray_nodes import RAY_BIN, Head, can_hide_folders, start_head, start_hidden_node, stop
+from ray_nodes import RAY_BIN, Head, can_hide_folders, start_head, start_hidden_node, stop, submit_job
 
 SHARED = REPO_ROOT.parent / "shared"
 SLP = ("peppi__short_game_tbh10.slp", "slippijs__pal.slp", "peppi__netplay.slp")
@@ -84,9 +83,7 @@ def cluster(s3_server, tmp_path_factory):
 
 def _submit(cluster: Cluster, *entrypoint: str, timeout_s: float = 300) -> str:
     """`ray job submit --working-dir . -- ENTRYPOINT` from the checkout; the job's output."""
-    cmd = [str(RAY_BIN), "job", "submit", "--address", cluster.head.dashboard, "--working-dir", ".", "--",
-           *entrypoint]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=cluster.env, capture_output=True, text=True, timeout=timeout_s)
+    proc = submit_job(cluster.head.dashboard, cluster.env, list(entrypoint), cwd=REPO_ROOT, timeout_s=timeout_s)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     return proc.stdout
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO_ROOT, shared_data
-from ray_nodes import RAY_BIN, start_head, stop
+from ray_nodes import RAY_BIN, start_head, stop, submit_job
 from ray_nodes import http_status as _get
 
 from shards_schema.reader import open_version
@@ -56,10 +56,8 @@ def test_ray_job_submit(ray_head, tmp_path):
     address, env, _, _ = ray_head
     samples = shared_data("pokemon", "metamon_parsed")
     out = tmp_path / "out"
-    cmd = [str(RAY_BIN), "job", "submit", "--address", address, "--working-dir", ".", "--",
-           "python", "pipelines/parse_replays.py", "--source", "metamon", "--input", str(samples),
-           "--out", str(out), "--shard-size-mb", "1"]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = submit_job(address, env, ["python", "pipelines/parse_replays.py", "--source", "metamon", "--input",
+                                     str(samples), "--out", str(out), "--shard-size-mb", "1"], cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     published = [line for line in proc.stdout.splitlines() if line.startswith(str(out))]
     assert published, proc.stdout[-3000:]
