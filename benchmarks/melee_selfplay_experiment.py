@@ -70,8 +70,7 @@ def main() -> None:
     from training.checkpoints import read_checkpoint
     from training.league import Opponent
     from training.loop import latest_checkpoint
-    from training.selfplay import SelfPlayConfig, load_world_model
-    from training.selfplay import run as selfplay
+    from training.selfplay import SelfPlayConfig, load_world_model, run_to_end
     from training.selfplay_report import ReportConfig, report
     from training.world_model import WorldModelTrainConfig
     from training.world_model import run as train_world_model
@@ -107,12 +106,7 @@ def main() -> None:
     wm_s = time.monotonic() - t0
     cfg = SelfPlayConfig(out=str(work / "run"), env="melee", shards=shards, world_model=world_model, preset="full",
                          updates=args.updates, max_frames=args.max_frames, seed=args.seed, wandb_mode="disabled")
-    t0 = time.monotonic()
-    result = selfplay(cfg)
-    train_s = time.monotonic() - t0
-    if result.error is not None:
-        raise SystemExit(f"self-play failed: {result.error}")
-    last = latest_checkpoint(cfg.out)
+    last, train_s = run_to_end(cfg)
     trained = read_checkpoint(last, kind="melee_selfplay")
     policy_cfg = trained.build_config()
     torch.manual_seed(args.seed)

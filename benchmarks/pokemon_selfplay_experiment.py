@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -60,9 +59,8 @@ def evaluate(checkpoint: str, args, label: str) -> list[dict]:
 
 def main() -> None:
     from shards_schema import storage
-    from training.loop import latest_checkpoint
-    from training.selfplay import SelfPlayConfig
-    from training.selfplay import run as selfplay
+    from training.checkpoints import state_file
+    from training.selfplay import SelfPlayConfig, run_to_end
     from training.selfplay_report import ReportConfig, report
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -76,6 +74,10 @@ def main() -> None:
     parser.add_argument("--format", default="gen9randombattle")
     parser.add_argument("--opponents", nargs="+", default=["random"], help="evaluation opponents")
     parser.add_argument("--battles", type=int, default=200, help="evaluation battles per opponent")
+    parser.add_argument("--strong-share", type=float, default=0.15,
+                        help="share of games against the strong bots (snapshots get 0.95 minus it, RandomPlayer 0.05)")
+    parser.add_argument("--no-start-evaluation", action="store_true",
+                        help="evaluate only the end (the start was measured in an earlier run of the same start)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
@@ -84,19 +86,15 @@ def main() -> None:
                          updates=args.updates, num_runners=args.num_runners,
                          battles_per_runner=args.battles_per_runner, snapshot_every=args.snapshot_every,
                          encoder_preset=args.encoder_preset, battle_format=args.format, seed=args.seed,
-                         wandb_mode="disabled")
+                         snapshot_share=round(0.95 - args.strong_share, 9), strong_share=args.strong_share,
+                         weak_share=0.05, wandb_mode="disabled")
     rows = []
-    if args.policy_init:
-        rows += evaluate(storage.join(storage.normalize(args.policy_init), "state.pt")
-                         if not args.policy_init.endswith(".pt") else args.policy_init, args, "offline-RL checkpoint")
-    rows += evaluate(str(initial_checkpoint(cfg, work / "step0")), args, "self-play, step 0")
-    t0 = time.monotonic()
-    result = selfplay(cfg)
-    train_s = time.monotonic() - t0
-    if result.error is not None:
-        raise SystemExit(f"self-play failed: {result.error}")
-    last = latest_checkpoint(cfg.out)
-    rows += evaluate(storage.join(last, "state.pt"), args, f"self-play, update {args.updates}")
+    if args.policy_init and not args.no_start_evaluation:
+        rows += evaluate(state_file(storage.normalize(args.policy_init)), args, "offline-RL checkpoint")
+    if not args.no_start_evaluation:
+        rows += evaluate(str(initial_checkpoint(cfg, work / "step0")), args, "self-play, step 0")
+    last, train_s = run_to_end(cfg)
+    rows += evaluate(state_file(last), args, f"self-play, update {args.updates}")
     png = report(ReportConfig(out=cfg.out, png=str(work / "ratings.png")))
 
     print(f"\nself-play: {args.updates} updates × {args.num_runners * args.battles_per_runner} battles in "

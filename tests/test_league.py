@@ -4,6 +4,7 @@ league surviving a checkpoint round trip."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import io
 import random
 
@@ -74,3 +75,20 @@ def test_the_league_survives_a_checkpoint_round_trip():
 def test_shares_must_sum_to_one():
     with pytest.raises(ValueError, match="sum to 1"):
         LeagueConfig(snapshot_share=0.9, strong_share=0.15, weak_share=0.05)
+
+
+def test_a_runs_opponent_mix_reaches_each_environments_league(tmp_path):
+    """--snapshot-share/--strong-share/--weak-share set the league of either environment; a mix that does not sum
+    to 1 is refused before anything starts."""
+    from training.melee_selfplay import MeleeSelfPlay
+    from training.pokemon_selfplay import PokemonSelfPlay
+    from training.selfplay import SelfPlayConfig
+
+    cfg = SelfPlayConfig(out=str(tmp_path), shards="s", snapshot_share=0.45, strong_share=0.5, weak_share=0.05)
+    league = MeleeSelfPlay(cfg).league_config()
+    assert (league.snapshot_share, league.strong_share, league.weak_share) == (0.45, 0.5, 0.05)
+    assert league.strong == ("replay",) and league.snapshot_every == cfg.snapshot_every
+    pokemon = PokemonSelfPlay(dataclasses.replace(cfg, env="pokemon", encoder_preset="tiny")).league_config()
+    assert pokemon.strong_share == 0.5 and pokemon.strong == ("heuristic", "maxbp")
+    with pytest.raises(ValueError, match="sum to 1"):
+        SelfPlayConfig(out=str(tmp_path), shards="s", snapshot_share=0.5, strong_share=0.5, weak_share=0.05)

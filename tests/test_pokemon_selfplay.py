@@ -114,21 +114,22 @@ def test_from_scratch_the_encoder_travels_with_the_checkpoint_and_it_plays(ray_l
     from training.evaluate import run as evaluate
     from training.loop import latest_checkpoint
     from training.pokemon_selfplay import encoder_from_state, untrained_encoder
-    from training.selfplay import SelfPlayConfig, run
+    from training.selfplay import SelfPlayConfig, run_to_end
     from training.selfplay_report import ReportConfig, report
     from training.showdown_server import free_port
 
     out = tmp_path / "run"
     cfg = SelfPlayConfig.tiny(env="pokemon", out=str(out), updates=2, num_runners=1, battles_per_runner=2,
                               snapshot_every=1, encoder_preset="tiny", encoder_context=3, seed=5)
-    assert run(cfg).error is None
-    saved = read_checkpoint(latest_checkpoint(out))
+    last, seconds = run_to_end(cfg)
+    assert last == latest_checkpoint(out) and seconds > 0
+    saved = read_checkpoint(last)
     encoder, context = encoder_from_state(saved.extra["encoder"])
     assert context == 3 and saved.extra["encoder"]["source"] == "untrained tiny (seed 5)"
     fresh = untrained_encoder("tiny", 5)
     assert all(torch.equal(a, b) for a, b in zip(encoder.state_dict().values(), fresh.state_dict().values(),
                                                  strict=True))
-    rows = evaluate(EvalConfig.tiny(checkpoint=str(latest_checkpoint(out)), port=free_port()), log=lambda _: None)
+    rows = evaluate(EvalConfig.tiny(checkpoint=last, port=free_port()), log=lambda _: None)
     assert rows[0]["battles"] == 2 and rows[0]["fallback_moves"] == 0
     png = report(ReportConfig(out=str(out)))
     assert png.name == "ratings.png" and png.stat().st_size > 1000

@@ -396,9 +396,7 @@ class MeleeSelfPlay:
         """Nothing to restore beside the policy and the league."""
 
     def league_config(self):
-        from training.league import LeagueConfig
-
-        return LeagueConfig(snapshot_every=self.cfg.snapshot_every, strong=("replay",), weak=("random",))
+        return self.cfg.league(strong=("replay",), weak=("random",))
 
     def identity(self):
         from shards_schema.reader import open_version

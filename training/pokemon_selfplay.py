@@ -269,9 +269,7 @@ class PokemonSelfPlay:
         self.bc, self.context = encoder_from_state(extra["encoder"])
 
     def league_config(self):
-        from training.league import LeagueConfig
-
-        return LeagueConfig(snapshot_every=self.cfg.snapshot_every, strong=("heuristic", "maxbp"), weak=("random",))
+        return self.cfg.league(strong=("heuristic", "maxbp"), weak=("random",))
 
     def identity(self):
         return self.data

@@ -67,6 +67,9 @@ class SelfPlayConfig:
         opponent_window: the opponent's last N frames the strategy encoder reads.
         d_lstm: the policy's LSTM width.
         snapshot_every: updates between snapshots added to the league.
+        snapshot_share: share of games against past snapshots (the three shares sum to 1).
+        strong_share: share of games against the strong scripted opponents.
+        weak_share: share of games against the weak scripted opponent.
         seed: seed of the policy, the runners and the league's draws.
         cpus_per_worker: CPUs the learner's Ray Train worker reserves.
         use_gpu: train the learner on a GPU.
@@ -97,6 +100,9 @@ class SelfPlayConfig:
     opponent_window: int = 8
     d_lstm: int = 128
     snapshot_every: int = 10
+    snapshot_share: float = 0.80
+    strong_share: float = 0.15
+    weak_share: float = 0.05
     seed: int = 0
     cpus_per_worker: float = 0.5
     use_gpu: bool = False
@@ -113,6 +119,9 @@ class SelfPlayConfig:
             raise ValueError("--num-runners, --envs-per-runner, --max-frames and --snapshot-every must be >= 1")
         if self.wandb_mode not in ("auto", "online", "offline", "disabled"):
             raise ValueError("--wandb-mode must be auto, online, offline or disabled")
+        shares = (self.snapshot_share, self.strong_share, self.weak_share)
+        if min(shares) < 0 or abs(sum(shares) - 1.0) > 1e-9:
+            raise ValueError(f"--snapshot-share, --strong-share and --weak-share {shares} must be >= 0 and sum to 1")
 
     @classmethod
     def tiny(cls, *, out: str, **overrides) -> SelfPlayConfig:
@@ -121,6 +130,13 @@ class SelfPlayConfig:
                   "max_frames": 12, "opponent_window": 3, "d_lstm": 16, "snapshot_every": 2, "wandb_mode": "disabled",
                   **overrides}
         return cls(out=out, **fields)
+
+    def league(self, strong: tuple[str, ...], weak: tuple[str, ...]):
+        """The league's configuration: this run's cadence and opponent mix over an environment's bots."""
+        from training.league import LeagueConfig
+
+        return LeagueConfig(snapshot_every=self.snapshot_every, snapshot_share=self.snapshot_share,
+                            strong_share=self.strong_share, weak_share=self.weak_share, strong=strong, weak=weak)
 
     def environment(self):
         """The environment's side of the run (``ENVIRONMENTS``)."""
@@ -326,6 +342,19 @@ def run(cfg: SelfPlayConfig):
                                        checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2)),
     )
     return trainer.fit()
+
+
+def run_to_end(cfg: SelfPlayConfig) -> tuple[str, float]:
+    """Self-play to its last update: (the last checkpoint's URI, wall seconds); a failed run raises."""
+    from shards_schema import storage
+    from training.loop import latest_checkpoint
+
+    started = time.monotonic()
+    result = run(cfg)
+    seconds = time.monotonic() - started
+    if result.error is not None:
+        raise RuntimeError(f"self-play failed: {result.error}") from result.error
+    return latest_checkpoint(storage.normalize(cfg.out)), seconds
 
 
 def main(argv: list[str] | None = None) -> None:
