@@ -25,7 +25,8 @@ class ReportConfig:
 
     Attributes:
         out: the self-play run's --out (a local path or a URI): its latest checkpoint holds the league's ratings.
-        png: where the figure goes (empty: ratings.png in the run's local folder, beside metrics.csv).
+        png: where the figure goes, a local path or a URI (empty: ratings.png in the run's local folder, beside
+            metrics.csv).
     """
 
     out: str
@@ -48,8 +49,13 @@ def learner_ratings(metrics_csv: Path) -> list[tuple[int, float]]:
 
 
 def plot_ratings(snapshots: list[tuple[int, float]], learner: list[tuple[int, float]], anchor: str,
-                 anchor_rating: float, png: Path, title: str) -> None:
+                 anchor_rating: float, png: str, title: str) -> None:
+    """The figure as PNG at ``png`` (a local path or a URI)."""
+    import io
+
     import matplotlib
+
+    from shards_schema import storage
 
     matplotlib.use("Agg")  # files only: no display on a cluster node or in CI
     import matplotlib.pyplot as plt
@@ -65,13 +71,14 @@ def plot_ratings(snapshots: list[tuple[int, float]], learner: list[tuple[int, fl
     ax.set_title(title)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png)
+    data = io.BytesIO()
+    fig.savefig(data, format="png")
     plt.close(fig)
+    storage.write_bytes(png, data.getvalue())
 
 
-def report(cfg: ReportConfig) -> Path:
-    """Draw the run's rating curve; the PNG's path."""
+def report(cfg: ReportConfig) -> str:
+    """Draw the run's rating curve; where the PNG went (a local path or a URI)."""
     from shards_schema import storage
     from training.checkpoints import read_checkpoint
     from training.league import LeagueConfig
@@ -87,7 +94,7 @@ def report(cfg: ReportConfig) -> Path:
     folder = local_run_folder(out)
     metrics = folder / "metrics.csv"
     learner = learner_ratings(metrics) if metrics.exists() else []
-    png = Path(cfg.png) if cfg.png else folder / "ratings.png"
+    png = storage.normalize(cfg.png) if cfg.png else str(folder / "ratings.png")
     league = LeagueConfig()  # both environments anchor on their random bot at the default rating
     plot_ratings(snapshot_ratings(ckpt.extra["ratings"]), learner, league.weak[0], league.anchor_rating, png,
                  f"{ckpt.kind}: snapshot ratings, update {ckpt.step}")
