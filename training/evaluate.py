@@ -75,11 +75,19 @@ def _rotation(pool: list[str], num_teams: int, k: int):
 def load_policy(path: str, device: str = "cpu"):
     """(model, context length) from a training checkpoint (its folder or ``state.pt``, a path or a URI), rebuilt from
     the checkpoint alone; refused when it reads another observation spec or vocabulary than this code makes."""
-    from training.checkpoints import POKEMON_OBSERVATION, live_identity, read_checkpoint
+    from training.checkpoints import read_checkpoint
 
-    ckpt = read_checkpoint(path, device, kind="pokemon_policy")
+    model, context = _checked_policy(read_checkpoint(path, device, kind="pokemon_policy"))
+    return model.to(device), context
+
+
+def _checked_policy(ckpt):
+    """(model, context) of a loaded ``pokemon_policy`` checkpoint, refused when it reads another observation spec or
+    vocabulary than this code makes."""
+    from training.checkpoints import POKEMON_OBSERVATION, live_identity
+
     ckpt.check_features(live_identity(POKEMON_OBSERVATION))
-    return ckpt.build_model().to(device), int(ckpt.train_config["context"])
+    return ckpt.build_model(), int(ckpt.train_config["context"])
 
 
 def load_player(path: str):
@@ -92,13 +100,12 @@ def load_player(path: str):
     from training.checkpoints import POKEMON_OBSERVATION, CheckpointError, live_identity, read_checkpoint
 
     ckpt = read_checkpoint(path)
-    if ckpt.kind in ("pokemon_policy", "pokemon_selfplay"):
-        ckpt.check_features(live_identity(POKEMON_OBSERVATION))
     if ckpt.kind == "pokemon_policy":
-        return functools.partial(make_player_class(), ckpt.build_model(), int(ckpt.train_config["context"]))
+        return functools.partial(make_player_class(), *_checked_policy(ckpt))
     if ckpt.kind == "pokemon_selfplay":
         from training.pokemon_selfplay import encoder_from_state, make_selfplay_player_class
 
+        ckpt.check_features(live_identity(POKEMON_OBSERVATION))
         encoder, context = encoder_from_state(ckpt.extra["encoder"])
         return functools.partial(make_selfplay_player_class(), encoder, context, ckpt.build_model(), record=False,
                                  greedy=True)
