@@ -321,15 +321,16 @@ def run(cfg: SelfPlayConfig):
     cfg = dataclasses.replace(cfg, out=storage.normalize(cfg.out),
                               **{k: storage.normalize(getattr(cfg, k)) for k in ("shards", "policy_init", "world_model")
                                  if getattr(cfg, k) and getattr(cfg, k) != "untrained"})
-    identity = cfg.environment().identity()
+    env = cfg.environment()  # once: a Pokémon environment reads its checkpoint or builds its encoder
+    identity = env.identity()
     latest = latest_checkpoint(cfg.out) if cfg.resume else None
     if cfg.resume and latest is None:
         raise FileNotFoundError(f"--resume: no checkpoint under {storage.join(cfg.out, 'ray')}")
     if latest:
         ckpt = read_checkpoint(latest)
-        if ckpt.kind != cfg.environment().kind or "league" not in ckpt.extra:
+        if ckpt.kind != env.kind or "league" not in ckpt.extra:
             raise ValueError(f"--resume {latest}: not a self-play checkpoint ({ckpt.kind})")
-        updates = cfg.ppo(cfg.environment().num_envs).updates
+        updates = cfg.ppo(env.num_envs).updates
         if ckpt.step >= updates:
             raise ValueError(f"--resume: the checkpoint is at update {ckpt.step}, --updates is {updates}")
     trainer = TorchTrainer(
