@@ -3,7 +3,8 @@ rating curve.
 
     python benchmarks/pokemon_selfplay_experiment.py --work-dir /tmp/sp-scratch --updates 100     # from scratch
     python benchmarks/pokemon_selfplay_experiment.py --work-dir /tmp/sp-ft --opponents heuristic \\
-        --policy-init RUN/ray/.../checkpoint_000500 --updates 60                                  # fine-tuned
+        --policy-init RUN/ray/.../checkpoint_000500 --updates 300 --strong-share 0.3 \
+        --reference-kl 0.05 --critic-warmup 10                                                    # fine-tuned
 
 1. "before": the policy the run starts from, written as a step-0 self-play checkpoint exactly as the learner builds
    it (from scratch: an untrained policy on an untrained frozen encoder; with ``--policy-init``: the offline-RL
@@ -76,6 +77,9 @@ def main() -> None:
     parser.add_argument("--battles", type=int, default=200, help="evaluation battles per opponent")
     parser.add_argument("--strong-share", type=float, default=0.15,
                         help="share of games against the strong bots (snapshots get 0.95 minus it, RandomPlayer 0.05)")
+    parser.add_argument("--reference-kl", type=float, default=0.0,
+                        help="with --policy-init: weight of the KL penalty to the offline-RL policy")
+    parser.add_argument("--critic-warmup", type=int, default=0, help="updates that train the critic alone")
     parser.add_argument("--no-start-evaluation", action="store_true",
                         help="evaluate only the end (the start was measured in an earlier run of the same start)")
     parser.add_argument("--seed", type=int, default=0)
@@ -87,7 +91,8 @@ def main() -> None:
                          battles_per_runner=args.battles_per_runner, snapshot_every=args.snapshot_every,
                          encoder_preset=args.encoder_preset, battle_format=args.format, seed=args.seed,
                          snapshot_share=round(0.95 - args.strong_share, 9), strong_share=args.strong_share,
-                         weak_share=0.05, wandb_mode="disabled")
+                         weak_share=0.05, reference_kl=args.reference_kl, critic_warmup=args.critic_warmup,
+                         wandb_mode="disabled")
     rows = []
     if args.policy_init and not args.no_start_evaluation:
         rows += evaluate(state_file(storage.normalize(args.policy_init)), args, "offline-RL checkpoint")

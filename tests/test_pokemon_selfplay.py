@@ -77,7 +77,8 @@ def test_a_runner_plays_real_battles_and_they_train(bc_policy):
 @pytest.mark.timeout(600)
 def test_a_short_selfplay_run_in_real_battles(bc_policy, ray_local, tmp_path):
     """``training/selfplay.py --env pokemon`` on an offline-RL checkpoint: runner actors with their own servers,
-    the learner on Ray Train, the league; its checkpoint says what it holds and carries the league."""
+    the learner on Ray Train, the league; its checkpoint says what it holds and carries the league. The first
+    update trains the critic alone, so the policy still chooses as the offline-RL policy (agreement 1, KL 0)."""
     import csv
 
     from training.checkpoints import POKEMON_OBSERVATION, live_identity, payload, read_checkpoint
@@ -93,7 +94,8 @@ def test_a_short_selfplay_run_in_real_battles(bc_policy, ray_local, tmp_path):
     torch.save({**state, "rng": []}, source / "state.pt")
     out = tmp_path / "run"
     result = run(SelfPlayConfig.tiny(env="pokemon", policy_init=str(source), out=str(out), updates=2,
-                                     num_runners=1, battles_per_runner=2, snapshot_every=1))
+                                     num_runners=1, battles_per_runner=2, snapshot_every=1, reference_kl=0.1,
+                                     critic_warmup=1))
     assert result.error is None
     saved = read_checkpoint(latest_checkpoint(out))
     assert saved.kind == "pokemon_selfplay" and saved.step == 2 and saved.data.features == POKEMON_OBSERVATION
@@ -103,6 +105,9 @@ def test_a_short_selfplay_run_in_real_battles(bc_policy, ray_local, tmp_path):
     assert [int(r["step"]) for r in rows] == [1, 2] and all(int(r["games"]) == 2 for r in rows)
     assert all(float(r["term_result"]) in (-1.0, -0.5, 0.0, 0.5, 1.0) for r in rows)
     assert all(math.isfinite(float(r["policy_loss"])) for r in rows)
+    assert [float(r["policy_trained"]) for r in rows] == [0.0, 1.0]
+    assert float(rows[0]["reference_agreement"]) == 1.0 and float(rows[0]["reference_kl"]) < 1e-6
+    assert {"win_rate_vs_heuristic", "win_rate_vs_maxbp", "win_rate_vs_random"} <= set(rows[0])
 
 
 @needs_simulator

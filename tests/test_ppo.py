@@ -95,3 +95,42 @@ def test_updates_learn_the_rewarded_action():
     last = torch.stack([collect(policy, 16, 4, episode_len=8, generator=g).rewards.mean() for _ in range(5)]).mean()
     assert first < 0.5 and last.item() > 0.8, (first, last.item())
     assert metrics["epochs"] == cfg.epochs and metrics["lr"] < cfg.lr  # annealed
+
+
+def test_critic_warmup_trains_the_critic_alone():
+    torch.manual_seed(0)
+    policy = _live(RecurrentPolicy(CFG))
+    cfg = PPOConfig.test(num_envs=4, rollout_steps=16, seq_len=8, num_minibatches=2, lr=1e-2, critic_warmup=2)
+    learner = Learner(policy, lr=cfg.lr, weight_decay=0.0, grad_clip=cfg.grad_clip, device=torch.device("cpu"))
+    g = torch.Generator().manual_seed(3)
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    for u in range(2):
+        metrics = update(learner, collect(policy, 16, 4, episode_len=8, generator=g), cfg, u, g)
+        assert metrics["policy_trained"] == 0.0
+    moved = {k for k, v in policy.state_dict().items() if not torch.equal(v, before[k])}
+    assert moved and all(k.startswith("critic.") for k in moved), moved
+    assert all(p.requires_grad for p in policy.parameters())  # the whole policy trains after the warm-up
+    metrics = update(learner, collect(policy, 16, 4, episode_len=8, generator=g), cfg, 2, g)
+    assert metrics["policy_trained"] == 1.0 and not torch.equal(policy.actor.weight, before["actor.weight"])
+
+
+def test_the_reference_penalty_keeps_the_policy_near_its_start():
+    """The bandit rewards action 0; a reference that prefers action 2 holds a penalised policy back."""
+    def train(reference_kl: float):
+        torch.manual_seed(0)
+        policy = RecurrentPolicy(CFG)
+        reference = torch.nn.Linear(CFG.d_obs, CFG.num_actions)
+        with torch.no_grad():
+            reference.weight.zero_()
+            reference.bias.copy_(torch.tensor([0.0, 0.0, 3.0]))
+        cfg = PPOConfig.test(num_envs=4, rollout_steps=16, seq_len=8, num_minibatches=2, lr=1e-2, updates=10,
+                             entropy_weight=0.0, reference_kl=reference_kl)
+        learner = Learner(policy, lr=cfg.lr, weight_decay=0.0, grad_clip=cfg.grad_clip, device=torch.device("cpu"))
+        g = torch.Generator().manual_seed(2)
+        for u in range(cfg.updates):
+            metrics = update(learner, collect(policy, 16, 4, episode_len=8, generator=g), cfg, u, g, reference)
+        return metrics
+
+    free, held = train(0.0), train(5.0)
+    assert held["reference_kl"] < free["reference_kl"] / 2, (held, free)
+    assert held["reference_agreement"] > free["reference_agreement"]

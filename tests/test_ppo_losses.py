@@ -113,3 +113,29 @@ def test_sequence_minibatches_deal_every_chunk_once():
     assert len(batches) == 4 and sorted(torch.cat(batches).tolist()) == list(range(6))
     with pytest.raises(ValueError, match="multiple"):
         P.sequence_minibatches(3, 8, 3, 2, torch.Generator())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_reference_kl_matches_the_reference(seed):
+    g = torch.Generator().manual_seed(seed)
+    logits, reference = torch.randn(2, 5, 4, generator=g), torch.randn(2, 5, 4, generator=g)
+    legal = torch.rand(2, 5, 4, generator=g) > 0.3
+    legal[..., 0] = True
+    logits, reference = logits.masked_fill(~legal, float("-inf")), reference.masked_fill(~legal, float("-inf"))
+    rows = lambda x: torch.softmax(x, -1).reshape(-1, 4).tolist()  # noqa: E731
+    assert P.reference_kl(logits, reference).item() == pytest.approx(
+        P.reference_kl_reference(rows(logits), rows(reference)), rel=1e-5)
+    assert P.reference_kl(logits, logits).item() == pytest.approx(0.0, abs=1e-7)
+
+
+def test_reference_kl_gradient_is_finite_with_illegal_actions():
+    logits = torch.tensor([[0.3, -0.2, float("-inf")]], requires_grad=True)
+    P.reference_kl(logits, torch.tensor([[1.0, 0.0, float("-inf")]])).backward()
+    assert torch.isfinite(logits.grad).all() and logits.grad[0, 2] == 0.0
+
+
+def test_agreement_counts_equal_argmaxes_over_the_mask():
+    logits = torch.tensor([[2.0, 0.0], [0.0, 2.0], [2.0, 0.0]])
+    reference = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    assert P.agreement(logits, reference).item() == pytest.approx(1 / 3)
+    assert P.agreement(logits, reference, torch.tensor([True, False, False])).item() == 1.0

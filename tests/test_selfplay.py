@@ -54,3 +54,13 @@ def test_a_short_run_then_a_resume_keeps_the_league(synthetic_frames, tmp_path):
     assert sorted(snapshots) == ["snapshot-000002", "snapshot-000004", "snapshot-000006"]  # the first run's kept
     assert after.extra["league"]["games"]["learner"] > games_before  # the restored league went on counting
     assert [int(r["step"]) for r in _rows(out)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_the_fine_tune_settings_reach_ppo_and_need_a_starting_policy(tmp_path):
+    cfg = SelfPlayConfig(out=str(tmp_path), env="pokemon", policy_init="bc", reference_kl=0.05, critic_warmup=10)
+    ppo = cfg.ppo(num_envs=16)
+    assert (ppo.reference_kl, ppo.critic_warmup) == (0.05, 10)
+    with pytest.raises(ValueError, match="--reference-kl needs"):
+        SelfPlayConfig(out=str(tmp_path), env="pokemon", reference_kl=0.05)  # from scratch: nothing to stay near
+    with pytest.raises(ValueError, match="--reference-kl needs"):
+        SelfPlayConfig(out=str(tmp_path), shards="s", reference_kl=0.05)

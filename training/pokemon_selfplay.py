@@ -260,6 +260,16 @@ class PokemonSelfPlay:
         if self.checkpoint is not None:
             policy.actor.load_state_dict(self.bc.actor.state_dict())
 
+    def reference_policy(self):
+        """With ``--policy-init``, the offline-RL policy's actor head (frozen, a copy), mapping the observations to
+        the logits of the policy the run started from (``--reference-kl``); from scratch, None. Called after
+        ``restore``, so a resumed run's reference is the checkpointed encoder's head."""
+        import copy
+
+        if not self.cfg.policy_init:
+            return None
+        return copy.deepcopy(self.bc.actor).requires_grad_(False)
+
     def extra(self) -> dict:
         """What a checkpoint keeps beside the policy: the frozen encoder its observations come from."""
         return {"encoder": encoder_state(self.bc, self.context, self.source)}

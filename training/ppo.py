@@ -38,6 +38,10 @@ class PPOConfig:
         entropy_weight: weight of the entropy bonus.
         grad_clip: largest gradient norm.
         target_kl: stop an update's epochs early once the approximate KL passes it (None: never).
+        reference_kl: weight of KL(π ‖ π_ref), the policy's distance from a reference policy (a fine-tune's
+            starting policy; 0: no penalty). Needs a reference (``update``'s ``reference``).
+        critic_warmup: updates at the run's start that train the critic only: the policy keeps its starting
+            weights while the value head, fresh in a fine-tune, learns the returns its advantages come from.
         checkpoint_every: updates between checkpoints.
         seed: seed of minibatch order and of the league's draws.
     """
@@ -58,6 +62,8 @@ class PPOConfig:
     entropy_weight: float = 0.01
     grad_clip: float = 0.5
     target_kl: float | None = None
+    reference_kl: float = 0.0
+    critic_warmup: int = 0
     checkpoint_every: int = 50
     seed: int = 0
 
@@ -67,6 +73,8 @@ class PPOConfig:
         chunks = self.num_envs * self.rollout_steps // self.seq_len
         if not 1 <= self.num_minibatches <= chunks:
             raise ValueError(f"--num-minibatches must be 1..{chunks} (sequences per rollout)")
+        if self.reference_kl < 0 or self.critic_warmup < 0:
+            raise ValueError("--reference-kl and --critic-warmup must be >= 0")
 
     @classmethod
     def full(cls, **overrides) -> PPOConfig:
@@ -143,8 +151,10 @@ def sequences(x: torch.Tensor, seq_len: int) -> torch.Tensor:
     return per_env.reshape(n * (t // seq_len), seq_len, *x.shape[2:])
 
 
-def sequence_loss(policy, chunk: dict, cfg: PPOConfig):
-    """(loss, parts) of a minibatch of sequences (each ``(B, seq_len, ...)`` from ``sequences``)."""
+def sequence_loss(policy, chunk: dict, cfg: PPOConfig, reference=None, train_policy: bool = True):
+    """(loss, parts) of a minibatch of sequences (each ``(B, seq_len, ...)`` from ``sequences``). ``reference``: a
+    module mapping observations to a reference policy's logits (KL penalty and agreement); ``train_policy`` False:
+    the value loss alone (``PPOConfig.critic_warmup``)."""
     out = policy(chunk["obs"], chunk["opponent"], chunk["opponent_valid"], chunk["episode_start"], chunk["legal"],
                  (chunk["h0"], chunk["c0"]))
     mask = chunk["mask"]  # padding steps reach no loss
@@ -154,10 +164,20 @@ def sequence_loss(policy, chunk: dict, cfg: PPOConfig):
     actor = P.policy_loss(logp, chunk["logp"], advantages, cfg.clip, mask)
     critic = P.value_loss(out.values.float(), chunk["values"], chunk["returns"], cfg.value_clip, mask)
     entropy = P.entropy(out.logits, mask)
-    loss = actor + cfg.value_weight * critic - cfg.entropy_weight * entropy
-    return loss, {"policy_loss": actor, "value_loss": critic, "entropy": entropy,
-                  "approx_kl": P.approx_kl(logp.detach(), chunk["logp"], mask),
-                  "clip_fraction": P.clip_fraction(logp.detach(), chunk["logp"], cfg.clip, mask)}
+    parts = {"policy_loss": actor, "value_loss": critic, "entropy": entropy,
+             "approx_kl": P.approx_kl(logp.detach(), chunk["logp"], mask),
+             "clip_fraction": P.clip_fraction(logp.detach(), chunk["logp"], cfg.clip, mask)}
+    policy_terms = actor - cfg.entropy_weight * entropy
+    if reference is not None:
+        with torch.no_grad():
+            legal = chunk["legal"]
+            reference_logits = reference(chunk["obs"]).masked_fill(~legal & legal.any(-1, keepdim=True),
+                                                                   float("-inf"))
+        parts["reference_kl"] = P.reference_kl(out.logits, reference_logits, mask)
+        parts["reference_agreement"] = P.agreement(out.logits.detach(), reference_logits, mask)
+        policy_terms = policy_terms + cfg.reference_kl * parts["reference_kl"]
+    loss = cfg.value_weight * critic + (policy_terms if train_policy else 0.0)
+    return loss, parts
 
 
 def training_sequences(rollout: Rollout, cfg: PPOConfig) -> dict[str, torch.Tensor]:
@@ -174,23 +194,42 @@ def training_sequences(rollout: Rollout, cfg: PPOConfig) -> dict[str, torch.Tens
     return chunks
 
 
-def update(learner, rollout: Rollout, cfg: PPOConfig, update_index: int, generator: torch.Generator) -> dict:
+def update(learner, rollout: Rollout, cfg: PPOConfig, update_index: int, generator: torch.Generator,
+           reference=None) -> dict:
     """One PPO update on a rollout: GAE, then ``epochs`` passes of minibatches of whole sequences through
-    ``learner.step`` (a ``training/fit.Learner``), the learning rate annealed for ``update_index``. Returns the last
-    epoch's mean of each logged part and the epochs run."""
-    chunks = training_sequences(rollout, cfg)
+    ``learner.step`` (a ``training/fit.Learner``), the learning rate annealed for ``update_index``; the critic
+    alone during the first ``cfg.critic_warmup`` updates. ``reference``: the frozen module giving the reference
+    policy's logits from observations (``cfg.reference_kl``). Returns the last epoch's mean of each logged part and
+    the epochs run."""
+    train_policy = update_index >= cfg.critic_warmup
+    trainable = [p for p in learner.module.parameters() if p.requires_grad]
+    if not train_policy:
+        # the critic head alone: value gradients through the shared trunk (cross-attention, LSTM) would move the
+        # policy too; parameters without a gradient are skipped by the optimizer
+        learner.module.requires_grad_(False)
+        learner.module.critic.requires_grad_(True)
+    try:
+        return _epochs(learner, training_sequences(rollout, cfg), rollout.obs.shape, cfg, update_index, generator,
+                       reference, train_policy)
+    finally:
+        for p in trainable:
+            p.requires_grad_(True)
+
+
+def _epochs(learner, chunks: dict, shape, cfg: PPOConfig, update_index: int, generator, reference,
+            train_policy: bool) -> dict:
     for group in learner.optimizer.param_groups:
         group["lr"] = P.annealed_lr(cfg.lr, update_index, cfg.updates, cfg.final_lr_share)
-    num_envs = rollout.obs.shape[1]
+    num_steps, num_envs = shape[:2]
     epochs_run, sums = 0, {}
     for _ in range(cfg.epochs):
         sums = {}
-        sequences_here = num_envs * (rollout.obs.shape[0] // cfg.seq_len)
+        sequences_here = num_envs * (num_steps // cfg.seq_len)
         # a rollout of fewer sequences than minibatches (a few short battles) is dealt one sequence per minibatch
-        batches = P.sequence_minibatches(num_envs, rollout.obs.shape[0], cfg.seq_len,
+        batches = P.sequence_minibatches(num_envs, num_steps, cfg.seq_len,
                                          min(cfg.num_minibatches, sequences_here), generator)
         for ids in batches:
-            parts = learner.step(lambda model, batch: sequence_loss(model, batch, cfg),
+            parts = learner.step(lambda model, batch: sequence_loss(model, batch, cfg, reference, train_policy),
                                  {k: v[ids] for k, v in chunks.items()})
             for k, v in parts.items():  # summed on the device; read once per epoch, not per minibatch
                 sums[k] = sums.get(k, 0.0) + v / len(batches)
@@ -198,4 +237,5 @@ def update(learner, rollout: Rollout, cfg: PPOConfig, update_index: int, generat
         epochs_run += 1
         if cfg.target_kl is not None and sums["approx_kl"] > cfg.target_kl:
             break
-    return {**sums, "epochs": epochs_run, "lr": learner.optimizer.param_groups[0]["lr"]}
+    return {**sums, "epochs": epochs_run, "lr": learner.optimizer.param_groups[0]["lr"],
+            "policy_trained": float(train_policy)}

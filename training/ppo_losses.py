@@ -1,6 +1,6 @@
 """PPO's math as small pure functions of tensors: generalized advantage estimation with time limits bootstrapped,
-the clipped surrogate, the clipped value loss, the entropy bonus, advantage normalisation, the learning-rate
-schedule, and the minibatches of whole sequences a recurrent policy trains on.
+the clipped surrogate, the clipped value loss, the entropy bonus, the KL penalty to a reference policy, advantage
+normalisation, the learning-rate schedule, and the minibatches of whole sequences a recurrent policy trains on.
 
 Rollouts are laid out time-major, ``(T, N)`` for T steps of N environments. Step t holds the observation the agent
 acted on, its action's log-probability and value, the reward that followed, and whether the episode ended there:
@@ -94,6 +94,32 @@ def entropy(logits: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Ten
     # -inf zeroed before the product: torch.where over p·log p would still send 0 · -inf = NaN back to the logits
     safe = log_probs.masked_fill(~torch.isfinite(log_probs), 0.0)
     return _masked_mean(-(log_probs.exp() * safe).sum(-1), mask)
+
+
+def reference_kl(logits: torch.Tensor, reference_logits: torch.Tensor,
+                 mask: torch.Tensor | None = None) -> torch.Tensor:
+    """E[KL(π ‖ π_ref)] = E[Σ_a π(a) (log π(a) - log π_ref(a))]: how far the policy has moved from a reference policy
+    (the one a fine-tune started from), as a penalty that keeps what the reference knew. Both logits (…, A) carry
+    -inf on the same illegal actions, which contribute 0."""
+    log_p = torch.log_softmax(logits.float(), dim=-1)
+    log_ref = torch.log_softmax(reference_logits.float(), dim=-1)
+    # 0 · (-inf - -inf) is NaN: illegal actions are zeroed before the product, as in ``entropy``
+    legal = torch.isfinite(log_p) & torch.isfinite(log_ref)
+    diff = (log_p - log_ref).masked_fill(~legal, 0.0)
+    return _masked_mean((log_p.exp() * diff).sum(-1), mask)
+
+
+def reference_kl_reference(probs: list[list[float]], reference_probs: list[list[float]]) -> float:
+    """``reference_kl`` over rows of probabilities, in plain Python floats (0 · log 0 taken as 0)."""
+    total = 0.0
+    for p, q in zip(probs, reference_probs, strict=True):
+        total += sum(pa * (math.log(pa) - math.log(qa)) for pa, qa in zip(p, q, strict=True) if pa > 0)
+    return total / len(probs)
+
+
+def agreement(logits: torch.Tensor, reference_logits: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Share of decisions where the policy's most likely action is the reference policy's (logging)."""
+    return _masked_mean((logits.argmax(-1) == reference_logits.argmax(-1)).float(), mask)
 
 
 def approx_kl(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

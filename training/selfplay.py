@@ -70,6 +70,10 @@ class SelfPlayConfig:
         snapshot_share: share of games against past snapshots (the three shares sum to 1).
         strong_share: share of games against the strong scripted opponents.
         weak_share: share of games against the weak scripted opponent.
+        reference_kl: pokemon with --policy-init: weight of the KL penalty that keeps the policy near the offline-RL
+            policy it started from (0: none).
+        critic_warmup: updates at the start that train the critic alone, the policy kept as it started (a
+            fine-tune's value head starts untrained, and its first advantages are noise).
         seed: seed of the policy, the runners and the league's draws.
         cpus_per_worker: CPUs the learner's Ray Train worker reserves.
         use_gpu: train the learner on a GPU.
@@ -103,6 +107,8 @@ class SelfPlayConfig:
     snapshot_share: float = 0.80
     strong_share: float = 0.15
     weak_share: float = 0.05
+    reference_kl: float = 0.0
+    critic_warmup: int = 0
     seed: int = 0
     cpus_per_worker: float = 0.5
     use_gpu: bool = False
@@ -122,6 +128,8 @@ class SelfPlayConfig:
         shares = (self.snapshot_share, self.strong_share, self.weak_share)
         if min(shares) < 0 or abs(sum(shares) - 1.0) > 1e-9:
             raise ValueError(f"--snapshot-share, --strong-share and --weak-share {shares} must be >= 0 and sum to 1")
+        if self.reference_kl and not (self.env == "pokemon" and self.policy_init):
+            raise ValueError("--reference-kl needs a policy to stay near: --env pokemon with --policy-init")
 
     @classmethod
     def tiny(cls, *, out: str, **overrides) -> SelfPlayConfig:
@@ -155,7 +163,8 @@ class SelfPlayConfig:
         seq_len = min(base.seq_len, steps)
         return dataclasses.replace(base, num_envs=num_envs, rollout_steps=steps, seq_len=seq_len,
                                    num_minibatches=min(base.num_minibatches, num_envs * (steps // seq_len)),
-                                   updates=self.updates or base.updates, seed=self.seed)
+                                   updates=self.updates or base.updates, seed=self.seed,
+                                   reference_kl=self.reference_kl, critic_warmup=self.critic_warmup)
 
 
 class LeagueActor:
@@ -204,10 +213,10 @@ def load_world_model(cfg: SelfPlayConfig):
     return load_model(cfg.world_model)
 
 
-def episode_metrics(episodes: list, terms: tuple[str, ...], knockout_term: str) -> dict:
-    """Per reward term and behaviour over the games that finished this update: win rate against each opponent kind,
-    damage dealt and taken, knockouts, game length. Every key is always there (NaN without games), so the CSV keeps
-    one set of columns."""
+def episode_metrics(episodes: list, terms: tuple[str, ...], knockout_term: str, bots: tuple[str, ...] = ()) -> dict:
+    """Per reward term and behaviour over the games that finished this update: win rate against each opponent kind
+    and against each scripted bot of ``bots``, damage dealt and taken, knockouts, game length. Every key is always
+    there (NaN without games), so the CSV keeps one set of columns."""
     from training.league import OPPONENT_KINDS
 
     def mean(values: list[float]) -> float:
@@ -221,6 +230,9 @@ def episode_metrics(episodes: list, terms: tuple[str, ...], knockout_term: str) 
     out["knockouts"] = mean([e.terms[knockout_term] for e in episodes])
     for kind in OPPONENT_KINDS:
         out[f"win_rate_{kind}"] = mean([e.score for e in episodes if e.opponent.kind == kind])
+    for bot in bots:
+        out[f"win_rate_vs_{bot}"] = mean([e.score for e in episodes
+                                          if e.opponent.kind != "snapshot" and e.opponent.name == bot])
     return out
 
 
@@ -250,6 +262,9 @@ def train_loop_per_worker(config: dict) -> None:
         set_rng_state(start.rng[0])
         first_update, league_state = start.step, start.extra["league"]
         env.restore(start.extra)
+    reference = env.reference_policy()
+    if reference is not None:
+        reference = reference.to(device)
     generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + first_update)
     league = ray.remote(num_cpus=0)(LeagueActor).remote(env.league_config(), league_state, cfg.seed + first_update)
 
@@ -261,12 +276,14 @@ def train_loop_per_worker(config: dict) -> None:
 
     runners = env.runners(policy_cfg, first_update, draw, weights_of)
     try:
-        _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_update, generator, rank, world)
+        _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_update, generator, rank, world,
+               reference)
     finally:
         env.close(runners)
 
 
-def _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_update, generator, rank, world):
+def _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_update, generator, rank, world,
+           reference):
     """The updates: weights out to the runners, their rollouts in, one PPO update, the league told, metrics and
     checkpoints written."""
     import ray
@@ -277,6 +294,8 @@ def _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_up
     from training.ppo import update
 
     writer = MetricsWriter(Path(config["run_folder"]), dataclasses.asdict(cfg), cfg.wandb_mode, "selfplay")
+    league_cfg = env.league_config()
+    bots = (*league_cfg.strong, *league_cfg.weak)
     data = DataIdentity(**config["data"])
     started = time.monotonic()
     for u in range(first_update, ppo.updates):
@@ -286,14 +305,14 @@ def _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_up
         rollout, episodes = env.collect(runners, ref, ppo)
         collect_s = time.monotonic() - t0
         steps_taken = int(rollout.mask.sum()) if rollout.mask is not None else rollout.actions.numel()
-        metrics = update(learner, rollout, ppo, u, generator)
+        metrics = update(learner, rollout, ppo, u, generator, reference)
         league.record.remote([(e.opponent.name, e.score) for e in episodes])
         done = u + 1
         if done % cfg.snapshot_every == 0:
             ray.get(league.add_snapshot.remote(done, weights))
         ratings = ray.get(league.ratings.remote())
         snapshots = sorted(n for n in ratings if n.startswith("snapshot-"))
-        line = {"step": done, **metrics, **episode_metrics(episodes, env.reward_terms, env.knockout_term),
+        line = {"step": done, **metrics, **episode_metrics(episodes, env.reward_terms, env.knockout_term, bots),
                 "env_steps_per_s": steps_taken / max(collect_s, 1e-9),
                 "learner_rating": ratings["learner"],
                 "latest_snapshot_rating": ratings[snapshots[-1]] if snapshots else float("nan"),
