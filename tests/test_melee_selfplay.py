@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from pipelines.melee.features import BUTTON_BITS, CAT_FIELDS, CAT_INDEX, CONT_FIELDS, CONT_INDEX, CTRL_PER_PLAYER
+from training.melee_env import frame_outcome, zero_sum_reward
 from training.melee_selfplay import (
     CONTROLLER_ACTIONS,
     NUM_ACTIONS,
@@ -54,9 +55,26 @@ def test_each_player_sees_itself_first():
 
 def test_reward_terms_are_zero_sum():
     before, after = _frame(percent=(10.0, 50.0), stocks=(4, 3)), _frame(percent=(22.0, 50.0), stocks=(4, 2))
-    mine, theirs = reward_terms(before, after, 0), reward_terms(before, after, 1)
+    outcome = frame_outcome((10.0, 50.0), before, after)
+    mine, theirs = reward_terms(outcome, 0), reward_terms(outcome, 1)
     assert (mine.damage_taken, mine.damage_dealt, mine.stocks_taken, mine.stocks_lost) == pytest.approx((12, 0, 1, 0))
     assert mine.total(0.01) == pytest.approx(-theirs.total(0.01)) and mine.total(0.01) == pytest.approx(0.88)
+    assert mine.total(0.01) == pytest.approx(zero_sum_reward(outcome, 0.01))
+
+
+def test_damage_counts_only_new_highs_in_a_stock():
+    """p0's percent as a world model may predict it: a hit, a dip (noise), a recovery past the old high, a lost
+    stock (percent back to 0), a hit in the new stock. Only rises above the stock's high are damage."""
+    path = [(10.0, 4), (22.0, 4), (18.0, 4), (25.0, 4), (0.0, 3), (5.0, 3)]
+    highs, taken, lost = (10.0, 50.0), [], []
+    for (p_before, s_before), (p_after, s_after) in zip(path[:-1], path[1:], strict=True):
+        outcome = frame_outcome(highs, _frame(percent=(p_before, 50.0), stocks=(s_before, 3)),
+                                _frame(percent=(p_after, 50.0), stocks=(s_after, 3)))
+        highs = outcome.highs
+        taken.append(outcome.damage[0])
+        lost.append(outcome.stocks_lost[0])
+    assert taken == pytest.approx([12.0, 0.0, 3.0, 0.0, 5.0])  # counting every rise would give 12, 0, 7, 0, 5
+    assert lost == [0, 0, 0, 1, 0] and highs == pytest.approx((5.0, 50.0))
 
 
 @pytest.fixture(scope="module")

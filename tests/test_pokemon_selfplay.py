@@ -137,8 +137,12 @@ def test_from_scratch_the_encoder_travels_with_the_checkpoint_and_it_plays(ray_l
                                                  strict=True))
     rows = evaluate(EvalConfig.tiny(checkpoint=last, port=free_port()), log=lambda _: None)
     assert rows[0]["battles"] == 2 and rows[0]["fallback_moves"] == 0
-    png = report(ReportConfig(out=str(out)))
-    assert png.endswith("/ratings.png") and Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    said = []
+    png = report(ReportConfig(out=str(out)), log=said.append)
+    assert png.endswith("/ratings.png") and Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not said
+    (out / "metrics.csv").unlink()  # as on a machine other than the learner's: the report says what it left out
+    report(ReportConfig(out=str(out), png=str(tmp_path / "snapshots.png")), log=said.append)
+    assert len(said) == 1 and "snapshots only" in said[0] and (tmp_path / "snapshots.png").exists()
 
 
 def test_the_report_reads_snapshots_and_the_learner_by_update(tmp_path):

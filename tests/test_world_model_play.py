@@ -19,7 +19,7 @@ from conftest import shared_data
 
 from models.world_model import WorldModel, WorldModelConfig
 from pipelines.melee.features import BINARY_INDEX, CAT_FIELDS, CAT_INDEX, CONT_INDEX, PLAYERS, featurize
-from training.melee_env import MeleeWorldEnv
+from training.melee_env import MeleeWorldEnv, frame_outcome, zero_sum_reward
 from training.rollout_rules import (
     BLAST_ZONES,
     DEFAULT_BLAST_ZONE,
@@ -261,6 +261,8 @@ def test_env_plays_100_random_steps(frames_version):
         steps += 1
         assert env.observation_space.contains(obs)
         assert math.isfinite(r0) and r0 == -r1
+        assert r0 == zero_sum_reward(info["outcome"], env.reward_per_percent)
+        assert all(high >= p for high, p in zip(info["outcome"].highs, info["percent"], strict=True))
         assert all(0 <= s <= 4 for s in info["stocks"]) and all(0 <= p <= 999.001 for p in info["percent"])
         if terminated or truncated:
             with pytest.raises(RuntimeError):
@@ -277,9 +279,10 @@ def test_env_reward_counts_damage_and_stocks(frames_version):
     before = Frame.at(load_seed(frames_version, game["game_id"], game["first_frame"] + 400, 2), -1)
     after = Frame.at({k: v[None] for k, v in before.__dict__.items()}, 0)
     after.cont[CONT_INDEX["p1.percent"]] += 0.12  # p0 dealt 12%
-    assert env.reward(before, after) == pytest.approx(0.12)
+    highs = (before.value("p0.percent"), before.value("p1.percent"))
+    assert zero_sum_reward(frame_outcome(highs, before, after), env.reward_per_percent) == pytest.approx(0.12)
     after.cat[CAT_INDEX["p0.stocks"]] -= 1  # and lost a stock
-    assert env.reward(before, after) == pytest.approx(0.12 - 1.0)
+    assert zero_sum_reward(frame_outcome(highs, before, after), env.reward_per_percent) == pytest.approx(0.12 - 1.0)
     assert game_row(frames_version, "first")["game_id"] in {g["game_id"] for g in _games(frames_version).values()}
 
 

@@ -2,12 +2,58 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from models.world_model import WorldModel
 from pipelines.melee.features import BINARY_FIELDS, CONT_FIELDS, CTRL_PER_PLAYER, PLAYERS
 from training.rollout_rules import CLASSES, CTRL_HIGH, CTRL_LOW, Frame
 from training.world_model_rollout import WorldModelSim, game_row, load_seed
+
+
+@dataclass(frozen=True)
+class FrameOutcome:
+    """What one frame did to each player (index 0 is p0).
+
+    Attributes:
+        damage: percent each player took, counted above the highest percent it had reached in its current stock.
+        stocks_lost: stocks each player lost.
+        highs: each player's highest percent in its current stock after the frame (the next frame's baseline).
+    """
+
+    damage: tuple[float, float]
+    stocks_lost: tuple[int, int]
+    highs: tuple[float, float]
+
+
+def frame_outcome(highs: tuple[float, float], before: Frame, after: Frame) -> FrameOutcome:
+    """One frame's damage and lost stocks, from the previous highs (a reset's are the seed frame's percents).
+
+    Damage counts only a rise above the player's highest percent in its current stock. In the game percent never
+    falls within a stock (items off, as in competitive play), but a world model's percent wobbles from frame to
+    frame, and counting every rise would pay for each dip and recovery as a new hit. A lost stock resets the
+    player's high to its new percent and counts no damage on that frame."""
+    damage, lost, new_highs = [], [], []
+    for i, p in enumerate(PLAYERS):
+        percent = after.value(f"{p}.percent")
+        stocks_lost = max(0, before.stocks(i) - after.stocks(i))
+        lost.append(stocks_lost)
+        if stocks_lost:
+            damage.append(0.0)
+            new_highs.append(percent)
+        else:
+            damage.append(max(0.0, percent - highs[i]))
+            new_highs.append(max(highs[i], percent))
+    return FrameOutcome(damage=(damage[0], damage[1]), stocks_lost=(lost[0], lost[1]),
+                        highs=(new_highs[0], new_highs[1]))
+
+
+def zero_sum_reward(outcome: FrameOutcome, reward_per_percent: float) -> float:
+    """p0's reward for a frame (p1's is its negative): ``reward_per_percent`` × (damage dealt − damage taken) +
+    stocks taken − stocks lost."""
+    return float(reward_per_percent * (outcome.damage[1] - outcome.damage[0])
+                 + outcome.stocks_lost[1] - outcome.stocks_lost[0])
 
 
 class MeleeWorldEnv:
@@ -21,9 +67,11 @@ class MeleeWorldEnv:
     ``reset`` picks a game of the shard version and a window of ``seed_frames`` real frames (both with the
     environment's RNG), primes the model on it; each ``step`` generates one frame. Reward of p0 =
     ``reward_per_percent`` × (damage dealt − damage taken, in percent) + stocks taken − stocks lost; p1's is its
-    negative (zero-sum). Terminated when a player's stocks reach 0; truncated after ``max_frames`` steps. The
-    observation is the frame in model units, the same for both players (Melee hides nothing). One step is one
-    batch-1 model step: ``torch.set_num_threads(1)`` makes it fastest on CPU (see ``PlayConfig.torch_threads``).
+    negative (zero-sum); damage counts only new highs of a player's percent in its current stock
+    (``frame_outcome``), and ``info["outcome"]`` holds the frame's ``FrameOutcome``. Terminated when a player's
+    stocks reach 0; truncated after ``max_frames`` steps. The observation is the frame in model units, the same
+    for both players (Melee hides nothing). One step is one batch-1 model step: ``torch.set_num_threads(1)``
+    makes it fastest on CPU (see ``PlayConfig.torch_threads``).
     """
 
     metadata = {"render_modes": []}
@@ -82,6 +130,7 @@ class MeleeWorldEnv:
                 break
         self._sim = WorldModelSim(self.model, seed_arrays)
         self._frames, self._done = 0, False
+        self._highs = (self._sim.frame.value("p0.percent"), self._sim.frame.value("p1.percent"))
         self._info = {"game_id": game["game_id"], "seed_start": start, "stage": int(game["stage"])}
         return self._obs(self._sim.frame), self._frame_info(self._sim.frame)
 
@@ -97,17 +146,14 @@ class MeleeWorldEnv:
         after = self._sim.advance(np.concatenate([np.asarray(a, np.float32).reshape(CTRL_PER_PLAYER)
                                                   for a in action]))
         self._frames += 1
-        reward = self.reward(before, after)
+        outcome = frame_outcome(self._highs, before, after)
+        self._highs = outcome.highs
+        reward = zero_sum_reward(outcome, self.reward_per_percent)
         terminated = min(after.stocks(0), after.stocks(1)) <= 0
         truncated = not terminated and self._frames >= self.max_frames
         self._done = terminated or truncated
-        return self._obs(after), (reward, -reward), terminated, truncated, self._frame_info(after)
-
-    def reward(self, before: Frame, after: Frame) -> float:
-        """p0's reward for one frame (p1's is its negative)."""
-        damage = [max(0.0, after.value(f"{p}.percent") - before.value(f"{p}.percent")) for p in PLAYERS]
-        lost = [max(0, before.stocks(i) - after.stocks(i)) for i in range(len(PLAYERS))]
-        return float(self.reward_per_percent * (damage[1] - damage[0]) + (lost[1] - lost[0]))
+        return self._obs(after), (reward, -reward), terminated, truncated, {**self._frame_info(after),
+                                                                            "outcome": outcome}
 
     @property
     def frame(self) -> Frame:

@@ -5,7 +5,8 @@ the replay's recorded controller).
 Both players see the same frame (Melee hides nothing), but a policy shared by both sides must see itself first:
 ``frame_vector`` swaps p0's and p1's fields for player 1. The reward is zero-sum per frame and kept as its terms
 (damage dealt, damage taken, stocks taken, stocks lost), so metrics can show each; the total is
-``reward_per_percent`` × (dealt − taken) + stocks taken − stocks lost, as ``MeleeWorldEnv.reward``.
+``reward_per_percent`` × (dealt − taken) + stocks taken − stocks lost, as ``training/melee_env.zero_sum_reward``
+(damage counted only above each player's highest percent in its stock: ``frame_outcome``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pipelines.melee.features import (
     CTRL_PER_PLAYER,
     PLAYERS,
 )
+from training.melee_env import FrameOutcome
 from training.rollout_rules import CLASSES, Frame
 
 A, B, X, Z, L, R = 0x100, 0x200, 0x400, 0x10, 0x40, 0x20
@@ -112,13 +114,12 @@ class RewardTerms:
         return reward_per_percent * (self.damage_dealt - self.damage_taken) + self.stocks_taken - self.stocks_lost
 
 
-def reward_terms(before: Frame, after: Frame, player: int) -> RewardTerms:
-    """The terms of ``MeleeWorldEnv.reward`` for ``player`` (its own damage and stocks are ``player``'s fields)."""
-    damage = [max(0.0, after.value(f"{p}.percent") - before.value(f"{p}.percent")) for p in PLAYERS]
-    lost = [max(0, before.stocks(i) - after.stocks(i)) for i in range(len(PLAYERS))]
+def reward_terms(outcome: FrameOutcome, player: int) -> RewardTerms:
+    """The terms of ``MeleeWorldEnv``'s reward for ``player`` from a frame's ``FrameOutcome`` (damage counted above
+    each player's highest percent in its stock)."""
     me, them = player, 1 - player
-    return RewardTerms(damage_dealt=damage[them], damage_taken=damage[me], stocks_taken=lost[them],
-                       stocks_lost=lost[me])
+    return RewardTerms(damage_dealt=outcome.damage[them], damage_taken=outcome.damage[me],
+                       stocks_taken=outcome.stocks_lost[them], stocks_lost=outcome.stocks_lost[me])
 
 
 # ---------------------------------------------------------------------------- opponents
@@ -313,8 +314,8 @@ class MeleeRunner:
                 before, side = env.frame, game["side"]
                 mine = controller(int(actions[i]))
                 theirs = np.asarray(game["ctrl"].act(before, 1 - side), np.float32)
-                _, _, term, trunc, _ = env.step((mine, theirs) if side == 0 else (theirs, mine))
-                terms = reward_terms(before, env.frame, side)
+                _, _, term, trunc, info = env.step((mine, theirs) if side == 0 else (theirs, mine))
+                terms = reward_terms(info["outcome"], side)
                 reward = terms.total(self.reward_per_percent)
                 for k in game["terms"]:
                     game["terms"][k] += getattr(terms, k)

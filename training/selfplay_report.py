@@ -77,8 +77,9 @@ def plot_ratings(snapshots: list[tuple[int, float]], learner: list[tuple[int, fl
     storage.write_bytes(png, data.getvalue())
 
 
-def report(cfg: ReportConfig) -> str:
-    """Draw the run's rating curve; where the PNG went (a local path or a URI)."""
+def report(cfg: ReportConfig, log=print) -> str:
+    """Draw the run's rating curve; where the PNG went (a local path or a URI). Without the run's metrics.csv on
+    this machine (rank 0 writes it where the learner ran) the learner's line is left out, and ``log`` says so."""
     from shards_schema import storage
     from training.checkpoints import read_checkpoint
     from training.league import LeagueConfig
@@ -94,6 +95,9 @@ def report(cfg: ReportConfig) -> str:
     folder = local_run_folder(out)
     metrics = folder / "metrics.csv"
     learner = learner_ratings(metrics) if metrics.exists() else []
+    if not learner:
+        log(f"[report] no learner ratings in {metrics} (metrics.csv is written on the machine the learner ran on): "
+            "the figure shows the snapshots only; run the report there for the learner's line")
     png = storage.normalize(cfg.png) if cfg.png else str(folder / "ratings.png")
     league = LeagueConfig()  # both environments anchor on their random bot at the default rating
     plot_ratings(snapshot_ratings(ckpt.extra["ratings"]), learner, league.weak[0], league.anchor_rating, png,
