@@ -156,3 +156,38 @@ def test_run_stream_resumes_where_it_stopped(shared_frames):
     assert held_out
     held_rows = {(r["file"], s) for r in held_out for s in range(r["row_start"], r["row_start"] + r["num_rows"])}
     assert not any((w["file"], w["row_start"]) in held_rows for w in straight.to_pylist())
+
+
+def test_train_share_keeps_a_nested_subset_and_the_same_held_out_games(shared_frames):
+    """The data axis of a sweep: a smaller --train-share trains on a subset of a larger one's games (the same
+    seeded order), and the validation games do not move."""
+    from shards_schema.reader import open_version
+    from training.world_model import WorldModelRecipe
+
+    version = open_version(shared_frames)
+
+    def trained_games(share: float) -> tuple[set, list]:
+        cfg = WorldModelTrainConfig.tiny(shards=str(shared_frames), out="-", validation_share=0.2, train_share=share)
+        recipe = WorldModelRecipe(cfg, WorldModelRecipe.make_plan(cfg, version))
+        files = {(w["file"], w["row_start"]) for w in recipe.epoch_windows(version, 0).to_pylist()}
+        games = {r["game_id"] for r in version.index().to_pylist()
+                 if any(f == r["file"] and r["row_start"] <= s < r["row_start"] + r["num_rows"] for f, s in files)}
+        return games, recipe.plan["val_games"]
+
+    (half, val_half), (full, val_full) = trained_games(0.5), trained_games(1.0)
+    assert val_half == val_full and not (full & set(val_full))
+    assert half < full and len(half) == max(1, round(len(full) * 0.5))
+    with pytest.raises(ValueError, match="--train-share"):
+        WorldModelTrainConfig.tiny(shards="s", out="o", train_share=0.0)
+
+
+def test_d_model_sets_the_width(shared_frames):
+    from shards_schema.reader import open_version
+    from training.world_model import WorldModelRecipe
+
+    cfg = WorldModelTrainConfig.tiny(shards=str(shared_frames), out="-", d_model=32)
+    recipe = WorldModelRecipe(cfg, WorldModelRecipe.make_plan(cfg, open_version(shared_frames)))
+    small = WorldModel(recipe.model_config())
+    assert recipe.model_config().d_model == 32
+    assert sum(p.numel() for p in small.parameters()) < sum(p.numel() for p in WorldModel(
+        WorldModelConfig.preset("tiny")).parameters())

@@ -301,14 +301,13 @@ def train_loop_per_worker(config: dict) -> None:
             metrics = {"step": step, **_scalars(parts), **progress.metrics(step)}
         if writer and metrics:
             writer.write(metrics)
-        if writer:
-            evaluation = recipe.evaluate(learner.module, device, step)
-            if evaluation:
-                writer.write({"step": step, **evaluation}, "eval")
-        if save:
+        evaluation = recipe.evaluate(learner.module, device, step) if writer else None
+        if evaluation:
+            writer.write({"step": step, **evaluation}, "eval")
+        if save:  # a validation due at a checkpoint goes out with it (what a sweep's scheduler reads)
             report_checkpoint(payload(kind=recipe.kind, model_config=recipe.on_device(model_config, False),
                                       train_config=cfg, step=step, data=data, model=learner.model,
-                                      optimizer=learner.optimizer), metrics, rank, world)
+                                      optimizer=learner.optimizer), {**metrics, **(evaluation or {})}, rank, world)
     if writer:
         writer.close()
 
@@ -340,8 +339,10 @@ def _resume_problem(ckpt, cfg, recipe, identity, model_config) -> str | None:
     return None
 
 
-def fit(cfg, recipe_class: type[Recipe]):
-    """Train ``recipe_class``'s model on ``cfg`` with Ray Train; Ray Train's ``Result``."""
+def fit(cfg, recipe_class: type[Recipe], callbacks: tuple = (), name: str = ""):
+    """Train ``recipe_class``'s model on ``cfg`` with Ray Train; Ray Train's ``Result``. ``callbacks``: Ray Train
+    callbacks (a sweep's ``TuneReportCallback``); ``name``: the run's name (default: the recipe's tag and the
+    time)."""
     from shards_schema import storage
     from training.loop import (
         check_workers_reach,
@@ -397,8 +398,8 @@ def fit(cfg, recipe_class: type[Recipe]):
                            "run_folder": str(local_run_folder(cfg.out))},
         scaling_config=ray.train.ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
                                                resources_per_worker={"CPU": cfg.cpus_per_worker}),
-        run_config=ray.train.RunConfig(name=f"{recipe.tag}-{time.strftime('%Y%m%d-%H%M%S')}",
-                                       **run_storage(cfg.out),
+        run_config=ray.train.RunConfig(name=name or f"{recipe.tag}-{time.strftime('%Y%m%d-%H%M%S')}",
+                                       **run_storage(cfg.out), callbacks=list(callbacks),
                                        checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2)),
         datasets={"train": stream_dataset(windows)},
         dataset_config=ray.train.DataConfig(datasets_to_split=[]),

@@ -35,6 +35,9 @@ class WorldModelTrainConfig(TrainerConfig):
         backbone: mamba2 or mlp (the baseline).
         scheduled_sampling: share of steps whose inputs (after the first frame) are the model's own predictions.
         validation_share: share of games held out for validation.
+        train_share: share of the training games trained on (the first of a seeded order; the held-out games stay
+            the same whatever the share): the data axis of a scaling sweep.
+        d_model: model width replacing the preset's (0: the preset's): the size axis of a scaling sweep.
         eval_every: steps between validations (and at the end).
         max_eval_windows: validation windows used (the first ones of the held-out games, in order).
         require_fused: fail at the start unless mamba_ssm's fused Mamba-2 scan runs (CUDA workers with mamba-ssm
@@ -51,6 +54,8 @@ class WorldModelTrainConfig(TrainerConfig):
     backbone: str = "mamba2"
     scheduled_sampling: float = 0.25
     validation_share: float = 0.1
+    train_share: float = 1.0
+    d_model: int = 0
     eval_every: int = 500
     max_eval_windows: int = 512
     require_fused: bool = False
@@ -65,6 +70,10 @@ class WorldModelTrainConfig(TrainerConfig):
             raise ValueError("--scheduled-sampling is a share in [0, 1]")
         if not 0.0 <= self.validation_share < 1.0:
             raise ValueError("--validation-share is a share in [0, 1)")
+        if not 0.0 < self.train_share <= 1.0:
+            raise ValueError("--train-share is a share in (0, 1]")
+        if self.d_model < 0:
+            raise ValueError("--d-model must be >= 0 (0: the preset's width)")
 
     @classmethod
     def tiny(cls, *, shards: str, out: str, **overrides) -> WorldModelTrainConfig:
@@ -160,7 +169,7 @@ class WorldModelRecipe(Recipe):
     kind = "world_model"
     tag = "world-model"
     sample_unit = "frames"
-    stream_fields = ("validation_share",)
+    stream_fields = ("validation_share", "train_share")
     runtime_fields = ("use_fused", "require_fused")
 
     def __init__(self, cfg: WorldModelTrainConfig, plan: dict):
@@ -170,16 +179,22 @@ class WorldModelRecipe(Recipe):
 
     @classmethod
     def make_plan(cls, cfg: WorldModelTrainConfig, version) -> dict:
+        import random
+
         from training.melee_windows import split_games
 
         train_games, val_games = split_games(version, cfg.validation_share, cfg.seed)
-        print(f"[world-model] {len(train_games)} training games, {len(val_games)} held out")
-        return {"val_games": val_games}
+        kept = max(1, round(len(train_games) * cfg.train_share))
+        left_out = sorted(random.Random(f"{cfg.seed}:train-share").sample(train_games, len(train_games))[kept:])
+        print(f"[world-model] {kept} training games, {len(val_games)} held out"
+              + (f", {len(left_out)} left out (--train-share {cfg.train_share})" if left_out else ""))
+        return {"val_games": val_games, "left_out": left_out}
 
     def model_config(self):
         from models.world_model import WorldModelConfig
 
-        return WorldModelConfig.preset(self.cfg.preset, backbone=self.cfg.backbone)
+        width = {"d_model": self.cfg.d_model} if self.cfg.d_model else {}
+        return WorldModelConfig.preset(self.cfg.preset, backbone=self.cfg.backbone, **width)
 
     def on_device(self, model_config, cuda: bool):
         # require_fused asks for the fused scan on any device: on a CPU worker that is the error it should be
@@ -192,8 +207,8 @@ class WorldModelRecipe(Recipe):
         from training.melee_windows import window_specs
 
         phase = 0 if epoch == 0 else random.Random(f"{self.cfg.seed}:{epoch}").randrange(self.cfg.context)
-        return window_specs(version, self.cfg.context, self.cfg.seed + epoch, exclude=self.plan["val_games"],
-                            phase=phase)
+        return window_specs(version, self.cfg.context, self.cfg.seed + epoch,
+                            exclude=self.plan["val_games"] + self.plan.get("left_out", []), phase=phase)
 
     def loader(self):
         from training.melee_windows import LoadFrameWindows
