@@ -1,0 +1,107 @@
+"""Scaling sweeps: the power-law fit against a plain reference and hand-made laws, the compute frontier, trial
+resources from the cluster's, and a tiny real sweep (Ray Tune + ASHA over world-model runs on synthetic games)
+that writes its table, fit and figure."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import numpy as np
+import pytest
+
+from tune.scaling import SweepConfig, trial_resources
+from tune.scaling_fit import fit_power_law, fit_power_law_reference, frontier, t_975
+
+
+def test_an_exact_power_law_is_recovered_with_a_zero_width_interval():
+    x = np.array([1e3, 1e4, 1e5, 1e6])
+    law = fit_power_law(x, 5.0 * x ** -0.3)
+    assert law.exponent == pytest.approx(0.3) and law.coefficient == pytest.approx(5.0)
+    assert law.exponent_high - law.exponent_low == pytest.approx(0.0, abs=1e-9) and law.r2 == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_fit_matches_the_reference(seed):
+    rng = np.random.default_rng(seed)
+    x = np.geomspace(10, 1e5, 7)
+    y = 3.0 * x ** -0.2 * np.exp(rng.normal(0, 0.05, len(x)))
+    law = fit_power_law(x, y)
+    coefficient, exponent, half = fit_power_law_reference(x.tolist(), y.tolist())
+    assert (law.coefficient, law.exponent) == pytest.approx((coefficient, exponent))
+    assert (law.exponent_low, law.exponent_high) == pytest.approx((exponent - half, exponent + half))
+    assert law.exponent_low < 0.2 < law.exponent_high  # the interval covers the true exponent here
+
+
+def test_two_points_fit_without_an_interval_and_one_x_is_refused():
+    law = fit_power_law([10, 100], [1.0, 0.5])
+    assert law.exponent == pytest.approx(math.log10(2)) and math.isnan(law.exponent_low)
+    with pytest.raises(ValueError, match="2 distinct x"):
+        fit_power_law([10, 10], [1.0, 0.5])
+
+
+def test_t_quantiles():
+    assert t_975(1) == 12.706 and t_975(30) == 2.042 and t_975(60) == pytest.approx(2.0, abs=0.002)
+    assert math.isnan(t_975(0))
+
+
+def test_the_frontier_keeps_the_best_loss_for_each_budget():
+    points = [(1, 5.0), (2, 4.0), (2, 3.5), (3, 4.5), (4, 3.0), (5, 3.0)]
+    assert frontier(points) == [(1, 5.0), (2, 3.5), (4, 3.0)]
+
+
+def test_trial_resources_follow_the_cluster():
+    cpu = trial_resources({"CPU": 2.0})
+    assert (cpu.use_gpu, cpu.max_concurrent, cpu.torch_threads) == (False, 1, 1) and 0 < cpu.cpus_per_worker < 1
+    assert trial_resources({"CPU": 16.0}).max_concurrent == 8
+    gpu = trial_resources({"CPU": 32.0, "GPU": 4.0})
+    assert gpu.use_gpu and gpu.max_concurrent == 4 and gpu.cpus_per_worker >= 1
+    assert trial_resources({"CPU": 32.0, "GPU": 4.0}, asked_concurrent=8).max_concurrent == 4  # a GPU each
+
+
+def test_the_sweep_config_checks_its_axes():
+    with pytest.raises(ValueError, match="--train-shares"):
+        SweepConfig(shards="s", out="o", train_shares=[0.0])
+    with pytest.raises(ValueError, match="multiple of --eval-every"):
+        SweepConfig(shards="s", out="o", steps=10, eval_every=4)
+
+
+@pytest.fixture(scope="module")
+def synthetic_frames(ray_local, tmp_path_factory):
+    from pipelines.parse_replays import ParseConfig
+    from pipelines.parse_replays import run as parse
+
+    return parse(ParseConfig.tiny(source="slp", out=str(tmp_path_factory.mktemp("melee")), num_battles=4),
+                 log=lambda *_: None).path
+
+
+@pytest.mark.timeout(900)
+def test_a_tiny_sweep_writes_its_table_fit_and_figure(synthetic_frames, tmp_path):
+    from tune.scaling import METRIC, run
+
+    sweep = SweepConfig.tiny(shards=str(synthetic_frames), out=str(tmp_path / "sweep"))
+    logs: list[str] = []
+    grid = run(sweep, log=logs.append)
+    assert len(grid) == 4 and not grid.errors
+    with open(tmp_path / "sweep" / "scaling.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    trials = {(int(r["d_model"]), float(r["train_share"])) for r in rows}
+    assert trials == {(16, 0.5), (16, 1.0), (32, 0.5), (32, 1.0)}
+    assert all(math.isfinite(float(r[METRIC])) and float(r["compute"]) > 0 for r in rows)
+    params = {int(r["d_model"]): int(r["parameters"]) for r in rows}
+    frames = {float(r["train_share"]): int(r["train_frames"]) for r in rows}
+    assert params[16] < params[32] and frames[0.5] < frames[1.0]
+    # ASHA at the grace step (4) keeps about half the trials; the rest stop before step 8
+    finished = {(int(r["d_model"]), float(r["train_share"])) for r in rows if int(r["step"]) == sweep.steps}
+    assert 1 <= len(finished) <= 4
+    assert "| compute |" in (tmp_path / "sweep" / "scaling.md").read_text()
+    assert (tmp_path / "sweep" / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "sweep" / "trials").is_dir() and (tmp_path / "sweep" / "tune" / "ray" / "sweep").is_dir()
+
+
+def test_a_sweep_never_reuses_a_folder(tmp_path):
+    from tune.scaling import run
+
+    (tmp_path / "trials").mkdir()
+    with pytest.raises(FileExistsError, match="never overwritten"):
+        run(SweepConfig.tiny(shards="unused", out=str(tmp_path)))

@@ -1,0 +1,352 @@
+"""Scaling sweeps with Ray Tune: model size × data size × steps for the Melee world model, ASHA stopping the runs
+that fall behind, and a power-law fit of validation loss against compute, parameters and data.
+
+    python tune/scaling.py --shards OUT/melee_frames/<v> --out runs/scaling-wm                     # 3 × 3 trials
+    python tune/scaling.py --tiny --shards OUT/melee_frames/<v> --out runs/scaling-tiny           # tests, demo
+
+Each trial is one ``training/world_model.py`` run (the shared ``training/fit.fit`` on Ray Train, reporting its
+validation with every checkpoint) of one width (``--sizes``: ``d_model``) and one share of the training games
+(``--train-shares``; the held-out games are the same for every trial); the steps axis is each run's own curve, one
+validation every ``--eval-every`` steps. ASHA (``--grace-steps``, ``--reduction-factor``) stops a trial whose
+validation loss is behind the others' at the same step. Tune keeps every trial's config and reports under
+``OUT/tune`` and each trial's checkpoints under ``OUT/trials/<trial>``, on the run's store (a local path or a
+URI). At the end the driver writes, next to them:
+
+- ``scaling.csv``: every validation of every trial with its parameters, training frames, frames seen and compute;
+- ``scaling.md``: the fitted exponents with 95% intervals;
+- ``scaling.png``: loss against compute (every curve, the frontier and its fit), against parameters and against
+  training frames (each trial's last validation).
+
+Compute is ``6 · parameters · frames seen`` (forward and backward of a dense model, per frame of every window).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+METRIC = "val_loss_total"
+"""What the scheduler and the fits read: the world model's validation loss on the held-out games."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepConfig:
+    """Configuration of a scaling sweep.
+
+    Attributes:
+        shards: the melee_frames shard version (a local path or a URI).
+        out: the sweep's folder (a local path or a URI): Tune's results, each trial's run, the fit.
+        sizes: model widths (the world model's ``d_model``), one axis of the grid.
+        train_shares: shares of the training games, the other axis.
+        preset: the world-model preset the widths replace the width of (depth and state size stay its own).
+        steps: the most steps a trial trains (ASHA stops the ones that fall behind earlier).
+        eval_every: steps between validations (each one a report ASHA reads).
+        grace_steps: steps every trial trains before ASHA may stop it.
+        reduction_factor: ASHA's: about 1/reduction_factor of the trials go on at each rung.
+        context: frames per training window.
+        batch_size: windows per step.
+        lr: learning rate.
+        validation_share: share of games held out for validation (the same games for every trial).
+        max_eval_windows: validation windows per validation.
+        max_concurrent: trials at once (0: one per GPU, or one per 2 CPUs on a CPU-only cluster).
+        seed: seed of every trial (split, window order, initialization).
+    """
+
+    shards: str
+    out: str
+    sizes: list[int] = field(default_factory=lambda: [32, 64, 128])
+    train_shares: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0])
+    preset: str = "tiny"
+    steps: int = 300
+    eval_every: int = 50
+    grace_steps: int = 100
+    reduction_factor: int = 3
+    context: int = 32
+    batch_size: int = 8
+    lr: float = 1e-3
+    validation_share: float = 0.2
+    max_eval_windows: int = 128
+    max_concurrent: int = 0
+    seed: int = 0
+
+    def __post_init__(self):
+        if not self.sizes or min(self.sizes) < 1:
+            raise ValueError("--sizes: at least one width, each >= 1")
+        if not self.train_shares or not all(0.0 < s <= 1.0 for s in self.train_shares):
+            raise ValueError("--train-shares: at least one share, each in (0, 1]")
+        if min(self.steps, self.eval_every, self.grace_steps) < 1 or self.reduction_factor < 2:
+            raise ValueError("--steps, --eval-every and --grace-steps must be >= 1, --reduction-factor >= 2")
+        if self.steps % self.eval_every:
+            raise ValueError(f"--steps {self.steps} must be a multiple of --eval-every {self.eval_every}")
+
+    @classmethod
+    def tiny(cls, *, shards: str, out: str, **overrides) -> SweepConfig:
+        """2 widths × 2 shares of a few steps: the tests' and the demo's sweep."""
+        fields = {"sizes": [16, 32], "train_shares": [0.5, 1.0], "steps": 8, "eval_every": 4, "grace_steps": 4,
+                  "reduction_factor": 2, "batch_size": 4, "max_eval_windows": 16, "validation_share": 0.3,
+                  **overrides}
+        return cls(shards=shards, out=out, **fields)
+
+    def trainer_config(self, d_model: int, train_share: float, out: str):
+        """The world-model run of one trial: this sweep's shared settings, one width and one share."""
+        from training.world_model import WorldModelTrainConfig
+
+        return WorldModelTrainConfig(
+            shards=self.shards, out=out, preset=self.preset, d_model=d_model, train_share=train_share,
+            steps=self.steps, eval_every=self.eval_every, checkpoint_every=self.eval_every,
+            log_every=self.eval_every, context=self.context, batch_size=self.batch_size, lr=self.lr,
+            validation_share=self.validation_share, max_eval_windows=self.max_eval_windows, seed=self.seed,
+            scheduled_sampling=0.0, wandb_mode="disabled")
+
+
+@dataclass(frozen=True)
+class TrialResources:
+    """What each trial asks of the cluster.
+
+    Attributes:
+        use_gpu: the trial's Ray Train worker takes a GPU.
+        cpus_per_worker: CPUs the worker reserves (fractional on small machines: whole CPUs would leave trials
+            waiting for one another's).
+        torch_threads: intra-op threads of the worker.
+        max_concurrent: trials at once.
+    """
+
+    use_gpu: bool
+    cpus_per_worker: float
+    torch_threads: int
+    max_concurrent: int
+
+
+def trial_resources(cluster: dict, asked_concurrent: int = 0) -> TrialResources:
+    """Trial resources from ``ray.cluster_resources()``: with GPUs, one GPU per trial and as many trials as GPUs
+    (or ``asked_concurrent``, at most that); CPU-only, one trial per 2 CPUs (at least 1), each worker reserving a
+    quarter of its trial's share, the rest left to the trial's data reading."""
+    gpus, cpus = int(cluster.get("GPU", 0)), float(cluster.get("CPU", 1))
+    if gpus:
+        concurrent = min(asked_concurrent or gpus, gpus)
+        return TrialResources(True, max(1.0, min(4.0, cpus / concurrent / 2)), 0, concurrent)
+    concurrent = asked_concurrent or max(1, int(cpus // 2))
+    share = cpus / concurrent
+    return TrialResources(False, round(max(0.25, share / 4), 2), 1, concurrent)
+
+
+def model_parameters(cfg) -> int:
+    """Parameters of the world model a trial of trainer config ``cfg`` trains."""
+    from models.world_model import WorldModel
+    from training.world_model import WorldModelRecipe
+
+    return sum(p.numel() for p in WorldModel(WorldModelRecipe(cfg, {}).model_config()).parameters())
+
+
+def training_frames(sweep: SweepConfig, train_share: float) -> int:
+    """Frames of the training games a share keeps (the data axis), as the trainer's plan picks them."""
+    from shards_schema.reader import open_version
+    from training.world_model import WorldModelRecipe
+
+    version = open_version(sweep.shards, check_sha256=False)
+    cfg = sweep.trainer_config(sweep.sizes[0], train_share, out="-")
+    plan = WorldModelRecipe.make_plan(cfg, version)
+    skip = set(plan["val_games"]) | set(plan["left_out"])
+    return sum(r["num_rows"] for r in version.index().select(["game_id", "num_rows"]).to_pylist()
+               if r["game_id"] not in skip)
+
+
+def trial(config: dict) -> None:
+    """One Tune trial: a world-model run of the trial's width and share, its validations forwarded to Tune."""
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    from shards_schema import storage
+    from training.fit import fit
+    from training.world_model import WorldModelRecipe
+
+    sweep = SweepConfig(**config["sweep"])
+    name = f"d{config['d_model']}-share{config['train_share']:g}"
+    cfg = sweep.trainer_config(config["d_model"], config["train_share"], storage.join(sweep.out, "trials", name))
+    cfg = dataclasses.replace(cfg, use_gpu=config["use_gpu"], cpus_per_worker=config["cpus_per_worker"],
+                              torch_threads=config["torch_threads"])
+    result = fit(cfg, WorldModelRecipe, callbacks=(TuneReportCallback(),), name=name)
+    if result.error is not None:
+        raise RuntimeError(f"trial {name} failed: {result.error}") from result.error
+
+
+def run(sweep: SweepConfig, log=print):
+    """The sweep, then its table, fit and figure; Tune's ``ResultGrid``."""
+    from training.loop import init_local_ray
+
+    init_local_ray()
+    import ray
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
+    from shards_schema import storage
+    from training.loop import run_storage
+
+    sweep = dataclasses.replace(sweep, shards=storage.normalize(sweep.shards), out=storage.normalize(sweep.out))
+    # A trial ASHA stops is blocked inside its Ray Train run and never returns to Tune, which kills it only after
+    # TUNE_FORCE_TRIAL_CLEANUP_S (600 s by default; measured: a stopped tiny trial held the sweep for the full
+    # 10 minutes). Killing the trial's actor ends its Train run too (the run's actors are owned by it).
+    os.environ.setdefault("TUNE_FORCE_TRIAL_CLEANUP_S", "15")
+    # Ray Train takes a run folder that exists as a run to continue: a second sweep into the same --out would find
+    # every trial finished and train nothing, so a sweep's folder is never reused
+    for used in ("tune", "trials"):
+        if storage.exists(storage.join(sweep.out, used)):
+            raise FileExistsError(f"{storage.join(sweep.out, used)} exists: a sweep's results are never overwritten; "
+                                  "give a new --out")
+    resources = trial_resources(ray.cluster_resources(), sweep.max_concurrent)
+    log(f"[sweep] {len(sweep.sizes)} widths × {len(sweep.train_shares)} shares, up to {sweep.steps} steps; "
+        f"{resources}")
+    space = {"sweep": dataclasses.asdict(sweep), "d_model": tune.grid_search(sweep.sizes),
+             "train_share": tune.grid_search(sweep.train_shares), **{
+                 k: getattr(resources, k) for k in ("use_gpu", "cpus_per_worker", "torch_threads")}}
+    storage_args = run_storage(storage.join(sweep.out, "tune"))
+    tuner = tune.Tuner(
+        # the trial itself only waits on its Ray Train run, whose worker reserves the CPUs/GPU
+        tune.with_resources(trial, {"CPU": 0.01}),
+        param_space=space,
+        tune_config=tune.TuneConfig(
+            metric=METRIC, mode="min", max_concurrent_trials=resources.max_concurrent,
+            # max_t past the last step: a trial that reaches --steps ends on its own, and its Ray Train run shuts
+            # down cleanly, instead of being stopped by the scheduler at its last report
+            scheduler=ASHAScheduler(time_attr="step", max_t=sweep.steps + 1, grace_period=sweep.grace_steps,
+                                    reduction_factor=sweep.reduction_factor)),
+        run_config=tune.RunConfig(name="sweep", storage_path=storage_args["storage_path"],
+                                  storage_filesystem=storage_args.get("storage_filesystem")),
+    )
+    grid = tuner.fit()
+    rows = result_rows(sweep, grid)
+    write_report(sweep, rows, log)
+    return grid
+
+
+def result_rows(sweep: SweepConfig, grid) -> list[dict]:
+    """Every validation report of every trial with its width, share, parameters, training frames, frames seen and
+    compute."""
+    parameters = {d: model_parameters(sweep.trainer_config(d, 1.0, out="-")) for d in sweep.sizes}
+    frames = {s: training_frames(sweep, s) for s in sweep.train_shares}
+    rows = []
+    for result in grid:
+        config, history = result.config, result.metrics_dataframe
+        if history is None or METRIC not in history:
+            continue
+        for record in history[["step", METRIC]].dropna().to_dict("records"):
+            step = int(record["step"])
+            seen = step * sweep.batch_size * (sweep.context + 1)
+            n = parameters[config["d_model"]]
+            rows.append({"d_model": config["d_model"], "train_share": config["train_share"], "parameters": n,
+                         "train_frames": frames[config["train_share"]], "step": step, "frames_seen": seen,
+                         "compute": 6.0 * n * seen, METRIC: float(record[METRIC])})
+    last: dict = {}
+    for r in rows:
+        key = (r["d_model"], r["train_share"])
+        last[key] = max(last.get(key, 0), r["step"])
+    for r in rows:  # a trial ASHA stopped ends before the sweep's last step
+        r["stopped_early"] = last[(r["d_model"], r["train_share"])] < sweep.steps
+    return rows
+
+
+def fits(rows: list[dict]) -> dict:
+    """The three power laws: loss against compute on the frontier, against parameters (each width's best last
+    validation over shares) and against training frames (each share's best over widths)."""
+    from tune.scaling_fit import fit_power_law, frontier
+
+    out = {}
+    edge = frontier([(r["compute"], r[METRIC]) for r in rows])
+    if len({c for c, _ in edge}) >= 2:
+        out["compute"] = (fit_power_law(*zip(*edge, strict=True)), edge)
+    for axis in ("parameters", "train_frames"):
+        last: dict = {}
+        for r in rows:
+            key = (r["d_model"], r["train_share"])
+            if key not in last or r["step"] > last[key]["step"]:
+                last[key] = r
+        best: dict = {}
+        for r in last.values():
+            if not r["stopped_early"] and (r[axis] not in best or r[METRIC] < best[r[axis]]):
+                best[r[axis]] = r[METRIC]
+        points = sorted(best.items())
+        if len(points) >= 2:
+            out[axis] = (fit_power_law(*zip(*points, strict=True)), points)
+    return out
+
+
+def write_report(sweep: SweepConfig, rows: list[dict], log=print) -> dict:
+    """``scaling.csv``, ``scaling.md`` and ``scaling.png`` in the sweep's folder; the fits."""
+    import csv
+    import io
+
+    from shards_schema import storage
+
+    if not rows:
+        raise RuntimeError(f"no trial reported {METRIC}: see the trials' logs under {storage.join(sweep.out, 'tune')}")
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    storage.write_bytes(storage.join(sweep.out, "scaling.csv"), text.getvalue().encode())
+    fitted = fits(rows)
+    lines = ["| loss against | exponent | 95% interval | points | R² (log-log) |", "|---|---|---|---|---|"]
+    for axis, (law, _) in fitted.items():
+        lines.append(f"| {axis} | {law.exponent:.3f} | [{law.exponent_low:.3f}, {law.exponent_high:.3f}] | "
+                     f"{law.points} | {law.r2:.3f} |")
+    table = "\n".join(lines) + "\n"
+    storage.write_bytes(storage.join(sweep.out, "scaling.md"), table.encode())
+    storage.write_bytes(storage.join(sweep.out, "scaling.png"), _figure(rows, fitted))
+    log(table)
+    log(f"[sweep] {len(rows)} validations → {storage.join(sweep.out, 'scaling.png')}")
+    return fitted
+
+
+def _figure(rows: list[dict], fitted: dict) -> bytes:
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on a cluster node or in CI
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4), dpi=110)
+    curves: dict = {}
+    for r in rows:
+        curves.setdefault((r["d_model"], r["train_share"]), []).append((r["compute"], r[METRIC]))
+    for (d, share), points in sorted(curves.items()):
+        axes[0].plot(*zip(*sorted(points), strict=True), "o-", alpha=0.6, linewidth=1, markersize=3,
+                     label=f"d={d}, share={share:g}")  # markers: a trial stopped at its first validation shows too
+    for ax, axis, unit in ((axes[0], "compute", "compute (6·N·frames seen)"), (axes[1], "parameters", "parameters"),
+                           (axes[2], "train_frames", "training frames")):
+        if axis in fitted:
+            law, points = fitted[axis]
+            xs = np.array([p[0] for p in points])
+            ax.scatter(xs, [p[1] for p in points], color="black", s=14, zorder=3,
+                       label="frontier" if axis == "compute" else "best last validation")
+            grid = np.geomspace(xs.min(), xs.max(), 50)
+            ax.plot(grid, law(grid), "r--", label=f"fit: exponent {law.exponent:.3f} "
+                                                  f"[{law.exponent_low:.3f}, {law.exponent_high:.3f}]")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # minor labels overlap over narrow ranges
+        ax.set_xlabel(unit)
+        ax.set_ylabel(f"validation loss ({METRIC})")
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    data = io.BytesIO()
+    fig.savefig(data, format="png")
+    plt.close(fig)
+    return data.getvalue()
+
+
+def main(argv: list[str] | None = None) -> None:
+    from pipelines.cli import parse_config
+
+    run(parse_config(SweepConfig, argv))
+
+
+if __name__ == "__main__":
+    main()
