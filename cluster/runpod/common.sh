@@ -10,10 +10,16 @@
 #   RUNPOD_CPU_COUNT       the vCPUs rented (optional: without it Ray reads the container's cgroup quota)
 # and from the template (cluster/runpod/template.json): REPLAYFORGE_BUCKET, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
 # and RAY_AUTH_TOKEN (the last three as RunPod secrets). Nothing here prints a secret's value.
+# RunPod gives these variables to the container's first process; a login over SSH may lack some of them (RunPod's
+# images copy a selection into /etc/rp_environment for logins), so a variable missing here is taken from there.
 
 RAY_GCS_PORT=6379
 DASHBOARD_PORT=8265
 DRY_RUN=${DRY_RUN:-0}
+POD_ENVIRON=${REPLAYFORGE_POD_ENVIRON:-/proc/1/environ}
+# what Ray and the jobs it runs inherit when set: the store's place, optional keys, the vCPUs rented
+OPTIONAL_VARS=(AWS_REGION AWS_DEFAULT_REGION AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 AWS_SESSION_TOKEN HF_TOKEN
+    WANDB_API_KEY RUNPOD_CPU_COUNT RAY_AUTH_MODE)
 
 die() {
     printf '%s: %s\n' "$(basename "$0")" "$*" >&2
@@ -31,9 +37,24 @@ parse_args() {
     done
 }
 
-# require_var NAME WHY: fail naming the variable when it is unset or empty.
+# from_pod NAME: when NAME is unset or empty here, export it from the container's first process, if that has it.
+from_pod() {
+    local name=$1 entry
+    if [[ -n "${!name:-}" || ! -r "$POD_ENVIRON" ]]; then
+        return 0
+    fi
+    while IFS= read -r -d '' entry; do
+        if [[ "$entry" == "$name="* ]]; then
+            export "$name=${entry#*=}"
+            return 0
+        fi
+    done <"$POD_ENVIRON"
+}
+
+# require_var NAME WHY: fail naming the variable when it is unset or empty (here and in the pod's first process).
 require_var() {
     local name=$1 why=$2
+    from_pod "$name"
     if [[ -z "${!name:-}" ]]; then
         die "$name is not set: $why"
     fi
@@ -50,9 +71,14 @@ require_secret() {
 
 # The node environment every pod needs: the bucket and its keys (jobs inherit them from Ray), and token auth.
 require_node_env() {
+    local name
+    for name in "${OPTIONAL_VARS[@]}"; do
+        from_pod "$name"
+    done
     require_var REPLAYFORGE_BUCKET "shards and checkpoints go to s3://\$REPLAYFORGE_BUCKET; set it in the pod template"
     require_secret AWS_ACCESS_KEY_ID
     require_secret AWS_SECRET_ACCESS_KEY
+    from_pod RAY_AUTH_TOKEN
     if [[ -n "${RAY_AUTH_MODE:-}" && "$RAY_AUTH_MODE" != token ]]; then
         die "RAY_AUTH_MODE=$RAY_AUTH_MODE: this cluster runs Ray with token authentication only (Ray's core servers listen on every interface of a pod); set RAY_AUTH_MODE=token or unset it"
     fi
