@@ -1,4 +1,4 @@
-# Shared by start_head.sh and start_worker.sh (sourced, not run). What these scripts assume about a RunPod pod:
+# Shared by the scripts in this folder (sourced, not run). What they assume about a RunPod pod:
 #   RUNPOD_POD_ID          set by RunPod in every pod
 #   <pod id>.runpod.internal resolves to the pod's private address when the pod was deployed with Global Networking,
 #                          and pods on that network reach each other on every port (Ray's GCS, raylet, object manager
@@ -11,7 +11,7 @@
 # and from the template (cluster/runpod/template.json): REPLAYFORGE_BUCKET, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
 # and RAY_AUTH_TOKEN (the last three as RunPod secrets). Nothing here prints a secret's value.
 # RunPod gives these variables to the container's first process; a login over SSH may lack some of them (RunPod's
-# images copy a selection into /etc/rp_environment for logins), so a variable missing here is taken from there.
+# images copy a selection into /etc/rp_environment for logins), so one missing here is read from /proc/1/environ.
 
 RAY_GCS_PORT=6379
 DASHBOARD_PORT=8265
@@ -100,6 +100,8 @@ private_ip() {
     printf '%s\n' "$ip"
 }
 
+# A dry run still reads variables and looks up private addresses (both read-only), so the lines it prints are the
+# ones a real run would run.
 # run COMMAND...: print it exactly (shell-quoted, one line), then run it unless this is a dry run.
 run() {
     local quoted
