@@ -6,7 +6,16 @@ import copy
 
 import pytest
 
-from pipelines.pokemon.observation import UNK_ID, observation_numeric, observation_words, observe, vocabulary
+from pipelines.pokemon.observation import (
+    OBS_WORD_FIELDS,
+    UNK_ID,
+    decode_tokens,
+    observation_numeric,
+    observation_words,
+    observe,
+    stored_value,
+    vocabulary,
+)
 from shards_schema.pokemon import OBS_NUMERIC, OBS_WORDS
 
 
@@ -68,6 +77,25 @@ def test_unknown_words_map_to_unk_and_are_counted(state):
     assert tokens[12] == UNK_ID and tokens[33] == UNK_ID
     assert max(tokens) < len(vocabulary())
     assert text.split()[12] == "notarealmon"  # the text keeps the word; only its id is <unk>
+
+
+def test_tokens_decode_back_to_words_of_their_fields(state):
+    odd = copy.deepcopy(state)
+    odd["player_active"]["item"] = "mysteryberryx"
+    text, tokens, _, _ = observe(odd, "gen1ou")
+    words = decode_tokens(tokens)
+    assert words == [w if w != "mysteryberryx" else "<unk>" for w in text.split()]
+    assert words[13] == "<unk>" and OBS_WORD_FIELDS[13] == "player_active.item"
+    # every word that is a stored string is the stored value its field names; the rest are fillers or flags
+    values = [stored_value(odd, field, "gen1ou") for field in OBS_WORD_FIELDS]
+    strings = [(t, v) for t, v in zip(text.split(), values, strict=True) if isinstance(v, str)]
+    assert len(strings) > 30 and all(t == v for t, v in strings)
+    assert values[OBS_WORD_FIELDS.index("opponent_active.moves[0].name")] == "psychic"
+    assert values[OBS_WORD_FIELDS.index("opponent_active.moves[1].name")] is None  # not revealed
+    assert values[OBS_WORD_FIELDS.index("available_switches[4].name")] is None  # an empty slot
+    assert values[OBS_WORD_FIELDS.index("forced_switch")] is False
+    with pytest.raises(ValueError, match="outside"):
+        decode_tokens([len(vocabulary())])
 
 
 @pytest.mark.parametrize("gen", range(1, 10))

@@ -23,10 +23,14 @@ Numeric layout (index: meaning, scale):
 - 41 player Pokémon remaining ÷ 6; 42 opponent Pokémon remaining ÷ 6; 43 player active level ÷ 100;
   44 opponent active level ÷ 100; 45 forced switch; 46 player active terastallized; 47 opponent terastallized.
 Absent values are 0.
+
+``decode_tokens`` reads a row's word ids back as words, and ``OBS_WORD_FIELDS`` names the stored state field each
+word comes from.
 """
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from pathlib import Path
 
@@ -52,6 +56,59 @@ def vocabulary(version: str = OBSERVATION_VERSION) -> dict[str, int]:
     if words[:3] != [PAD, UNK, BLANK]:
         raise ValueError(f"{path} must start with {PAD}, {UNK}, {BLANK}")
     return {w: i for i, w in enumerate(words)}
+
+
+@cache
+def vocabulary_words(version: str = OBSERVATION_VERSION) -> tuple[str, ...]:
+    """Id → word for a spec version: the inverse of ``vocabulary``."""
+    vocab = vocabulary(version)
+    return tuple(sorted(vocab, key=vocab.__getitem__))
+
+
+def decode_tokens(tokens, version: str = OBSERVATION_VERSION) -> list[str]:
+    """Word ids (a row's ``obs_tokens``) back to words with the spec version's vocabulary. A word that was outside
+    the vocabulary decodes to ``<unk>`` (the row's ``obs_text`` keeps it); an id past the vocabulary raises."""
+    words = vocabulary_words(version)
+    out = []
+    for token in tokens:
+        if not 0 <= token < len(words):
+            raise ValueError(f"word id {token} is outside the {len(words)}-word vocabulary of observation spec "
+                             f"{version}; decode with the spec version the shard's manifest records")
+        out.append(words[token])
+    return out
+
+
+def _active_fields(side: str) -> list[str]:
+    fields = [f"{side}.{name}" for name in ("name", "item", "ability", "types[0]", "types[1]", "status",
+                                             "effects[0]", "tera_type")]
+    return fields + [f"{side}.moves[{slot}].{name}" for slot in range(NUM_MOVES)
+                     for name in ("name", "move_type", "category")]
+
+
+OBS_WORD_FIELDS: tuple[str, ...] = (
+    "format", "forced_switch", "can_tera", "weather", "battle_field[0]", "battle_field[1]", "player_prev_move.name",
+    "opponent_prev_move.name", "player_conditions[0]", "player_conditions[1]", "opponent_conditions[0]",
+    "opponent_conditions[1]", *_active_fields("player_active"), *_active_fields("opponent_active"),
+    *[f"available_switches[{slot}].{name}" for slot in range(NUM_SWITCHES)
+      for name in ("name", "item", "ability", "types[0]", "types[1]", "status", "tera_type")],
+)
+"""Where each of the 87 words comes from: a path into the stored ``BattleState`` (``format`` is the row's format
+column). A word for a missing list entry or Pokémon is a filler (``nofield``, ``<blank>``...)."""
+assert len(OBS_WORD_FIELDS) == OBS_WORDS
+
+
+def stored_value(state: dict, field: str, format_id: str):
+    """The stored value a word of ``OBS_WORD_FIELDS`` comes from (``None`` where the Pokémon, move or list entry
+    is absent): what a decoded observation is read against."""
+    value = {"format": format_id, **state}
+    for key in re.findall(r"\w+", field):
+        if value is None:
+            return None
+        if key.isdigit():
+            value = value[int(key)] if int(key) < len(value) else None
+        else:
+            value = value[key]
+    return value
 
 
 def _first(values: list[str], k: int, empty: str) -> list[str]:
