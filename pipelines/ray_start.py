@@ -61,9 +61,13 @@ def start_ray(*, num_cpus: int, log_to_driver: bool) -> None:
     # reads it to free a run's CPUs once the run's controller is gone. Without it every run ended from outside (a
     # sweep's trial stopped by its scheduler) kept its CPUs reserved until the instance stopped: measured, a tiny
     # sweep on 2 CPUs hung at its third trial with two such reservations of 0.5 CPU.
+    # Workers are told which dashboard is theirs (RAY_API_SERVER_ADDRESS, read by the state API): with another Ray
+    # instance on the machine the cleaner otherwise stops at "Found multiple active Ray instances" and frees nothing.
+    dashboard_port = _free_port()
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=True, dashboard_host="127.0.0.1",
-             dashboard_port=_free_port(), log_to_driver=log_to_driver,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}})
+             dashboard_port=dashboard_port, log_to_driver=log_to_driver,
+             runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT),
+                                       "RAY_API_SERVER_ADDRESS": f"http://127.0.0.1:{dashboard_port}"}})
     if os.environ.get(AUTH_MODE_VAR) != "token":
         ray.shutdown()
         raise RayAuthError("Ray started this job's local instance without token authentication; this Ray version "
