@@ -331,7 +331,7 @@ def _figure(rows: list[dict], fitted: dict) -> bytes:
                                                   f"[{law.exponent_low:.3f}, {law.exponent_high:.3f}]")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # minor labels overlap over narrow ranges
+        ax.tick_params(axis="x", which="minor", labelsize=6, labelrotation=45)  # narrow ranges label minor ticks
         ax.set_xlabel(unit)
         ax.set_ylabel(f"validation loss ({METRIC})")
         ax.legend(fontsize=6)
