@@ -20,11 +20,45 @@ def test_two_worker_smoke(tiny_generated, tmp_path, objective):
     _, published, _ = tiny_generated
     out = tmp_path / objective
     cfg = TrainConfig.tiny(shards=str(published.path), out=str(out), num_workers=2, objective=objective,
-                           cpus_per_worker=0.25)
+                           cpus_per_worker=0.25, validation_share=0.3, eval_every=6)
     result = run(cfg)
     losses = _losses(out)
     assert max(losses) == cfg.steps and all(v == v for v in losses.values())  # ran every step, no NaN
     assert result.checkpoint is not None
+    with open(out / "eval.csv") as fh:  # rank 0 validates on the held-out battles at steps 6 and 12
+        evaluated = list(csv.DictReader(fh))
+    assert [int(r["step"]) for r in evaluated] == [6, 12]
+    assert all(0 < float(r["val_loss_total"]) < 100 and 0 <= float(r["val_accuracy"]) <= 1 for r in evaluated)
+    assert result.metrics["val_loss_total"] == pytest.approx(float(evaluated[-1]["val_loss_total"]))
+
+
+def test_validation_holds_out_whole_battles(tiny_generated):
+    """Both sides of a held-out battle are held out; training and validation windows split every window."""
+    from shards_schema.reader import open_version
+    from training.windows import held_out, window_specs
+
+    _, published, _ = tiny_generated
+    version = open_version(published.path)
+    index = version.index().to_pylist()
+    battles = sorted({r["battle_id"] for r in index})
+    out = dict(zip(battles, held_out(battles, 0.3, seed=0), strict=True))
+    assert 0 < sum(out.values()) < len(battles)
+    assert list(held_out(battles, 0.3, seed=0)) == list(out.values())  # a pure function of the ids
+    spans = {r["battle_id"]: [] for r in index}
+    for r in index:
+        spans[r["battle_id"]].append((r["file"], r["row_start"], r["row_start"] + r["num_rows"]))
+
+    def battles_of(specs):
+        found = set()
+        for w in specs.to_pylist():
+            found |= {b for b, rows in spans.items() if any(f == w["file"] and s <= w["row_start"] < e
+                                                           for f, s, e in rows)}
+        return found
+
+    train = window_specs(version, 8, 0, validation_share=0.3, split_seed=0)
+    val = window_specs(version, 8, 0, validation_share=0.3, split_seed=0, validation=True)
+    assert train.num_rows + val.num_rows == window_specs(version, 8, 0).num_rows
+    assert battles_of(val) == {b for b, v in out.items() if v} and not battles_of(train) & battles_of(val)
 
 
 def test_resume_is_exact(tiny_generated, tmp_path):

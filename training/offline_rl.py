@@ -38,6 +38,10 @@ class TrainConfig(TrainerConfig):
         advantage_gamma: index of the discount factor whose advantage weighs the actor.
         exp_beta: temperature of exp_adv weights.
         sides: train only on trajectories of these player sides (e.g. ``p1`` when p1 is the player to imitate).
+        validation_share: share of battles held out for validation, both sides of a battle together (0: none, every
+            battle trains).
+        eval_every: steps between validations (and at the end).
+        max_eval_windows: validation windows used (the first of the held-out battles, in a fixed order).
     """
 
     preset: str = "small"
@@ -46,11 +50,18 @@ class TrainConfig(TrainerConfig):
     advantage_gamma: int = 2
     exp_beta: float = 1.0
     sides: list[str] = field(default_factory=list)
+    validation_share: float = 0.0
+    eval_every: int = 500
+    max_eval_windows: int = 512
 
     def __post_init__(self):
         super().__post_init__()
         if self.objective not in OBJECTIVES:
             raise ValueError(f"--objective must be one of {OBJECTIVES}")
+        if not 0.0 <= self.validation_share < 1.0:
+            raise ValueError("--validation-share is a share in [0, 1)")
+        if min(self.eval_every, self.max_eval_windows) < 1:
+            raise ValueError("--eval-every and --max-eval-windows must be >= 1")
 
     @classmethod
     def tiny(cls, *, shards: str, out: str, **overrides) -> TrainConfig:
@@ -103,11 +114,12 @@ class PolicyRecipe(Recipe):
     config_class = TrainConfig
     kind = "pokemon_policy"
     tag = "train"
-    stream_fields = ("sides",)
+    stream_fields = ("sides", "validation_share")
 
     def __init__(self, cfg: TrainConfig, plan: dict):
         super().__init__(cfg, plan)
         self._gammas = None  # the critics' discount factors on the training device (see loss)
+        self._val = None
 
     @classmethod
     def make_plan(cls, cfg: TrainConfig, version) -> dict:
@@ -131,7 +143,8 @@ class PolicyRecipe(Recipe):
     def epoch_windows(self, version, epoch: int):
         from training.windows import window_specs
 
-        return window_specs(version, self.cfg.context, self.cfg.seed + epoch, self.cfg.sides)
+        return window_specs(version, self.cfg.context, self.cfg.seed + epoch, self.cfg.sides,
+                            validation_share=self.cfg.validation_share, split_seed=self.cfg.seed)
 
     def loader(self):
         from training.windows import LoadWindows
@@ -150,6 +163,52 @@ class PolicyRecipe(Recipe):
             self._gammas = torch.tensor(getattr(model, "module", model).cfg.gammas, device=device)
         total, actor, critic, accuracy, _ = compute_losses(model, batch, self.cfg, self._gammas)
         return total, {"actor_loss": actor, "critic_loss": critic, "accuracy": accuracy}
+
+    def evaluate(self, model, device, step: int) -> dict | None:
+        if not self.cfg.validation_share or not (step % self.cfg.eval_every == 0 or step == self.cfg.steps):
+            return None
+        if self._val is None:
+            self._val = validation_windows(self.cfg, self.plan["vocab_size"])
+        return evaluate(model, self._val, self.cfg, device) if self._val else None
+
+
+def validation_windows(cfg: TrainConfig, vocab_size: int) -> dict:
+    """The first ``max_eval_windows`` windows of the held-out battles, in a fixed order (resuming stays exact)."""
+    import numpy as np
+
+    from shards_schema.reader import open_version
+    from training.windows import LoadWindows, window_specs
+
+    specs = window_specs(open_version(cfg.shards, check_sha256=False), cfg.context, 0, cfg.sides,
+                         validation_share=cfg.validation_share, split_seed=cfg.seed, validation=True)
+    specs = specs.sort_by([("file", "ascending"), ("row_start", "ascending")]).slice(0, cfg.max_eval_windows)
+    if not specs.num_rows:
+        return {}
+    columns = {name: specs.column(name).to_numpy() for name in specs.column_names}
+    columns["window"] = np.arange(specs.num_rows)
+    return LoadWindows(cfg.shards, cfg.context, vocab_size=vocab_size)(columns)
+
+
+def evaluate(model, windows: dict, cfg: TrainConfig, device, batch_size: int = 64) -> dict[str, float]:
+    """Validation losses and accuracy of the policy on held-out windows, weighted by the turns each batch scores
+    (``val_loss_total`` is what a sweep compares)."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    gammas = torch.tensor(getattr(model, "module", model).cfg.gammas, device=device)
+    sums, turns = {"total": 0.0, "actor": 0.0, "critic": 0.0, "accuracy": 0.0}, 0.0
+    with torch.no_grad():
+        for start in range(0, len(windows["valid"]), batch_size):
+            batch = {k: torch.as_tensor(v[start:start + batch_size]).to(device) for k, v in windows.items()
+                     if k != "window"}
+            total, actor, critic, accuracy, scored = compute_losses(model, batch, cfg, gammas)
+            n = float(scored)
+            for name, value in zip(sums, (total, actor, critic, accuracy), strict=True):
+                sums[name] += float(value) * n
+            turns += n
+    model.train(was_training)
+    return {f"val_{'loss_' + k if k != 'accuracy' else k}": v / max(turns, 1.0) for k, v in sums.items()}
 
 
 def run(cfg: TrainConfig):

@@ -91,12 +91,29 @@ def stream_dataset(windows: pa.Table, block_rows: int = 65536):
     return ray.data.from_arrow(blocks)
 
 
-def window_specs(version: ShardVersion, context: int, seed: int, sides: list[str] | None = None) -> pa.Table:
-    """The windows of ``context`` turns of every trajectory (only the given player sides), shuffled with ``seed``."""
-    index = version.index().select(["file", "row_start", "num_rows", "player_side"])
+def held_out(battle_ids: list[str], share: float, seed: int) -> np.ndarray:
+    """(n,) bool: whether each battle is in the validation split. A battle is held out when a seeded hash of its id
+    falls below ``share``, so both sides of a battle land on the same side of the split, and the split needs no list
+    of ids (a battle keeps its side as the data grows)."""
+    import hashlib
+
+    threshold = share * 2.0 ** 64
+    return np.fromiter((int.from_bytes(hashlib.blake2b(f"{seed}:{b}".encode(), digest_size=8).digest(), "little")
+                        < threshold for b in battle_ids), dtype=bool, count=len(battle_ids))
+
+
+def window_specs(version: ShardVersion, context: int, seed: int, sides: list[str] | None = None, *,
+                 validation_share: float = 0.0, split_seed: int = 0, validation: bool = False) -> pa.Table:
+    """The windows of ``context`` turns of every trajectory (only the given player sides), shuffled with ``seed``.
+    With a ``validation_share``, only the training battles' windows, or with ``validation`` only the held-out ones
+    (``held_out`` with ``split_seed``)."""
+    index = version.index().select(["file", "row_start", "num_rows", "player_side", "battle_id"])
     if sides:
         index = index.filter(pc.is_in(index.column("player_side"), pa.array(sides)))
-    return cut_windows(index.drop_columns(["player_side"]), context, context, seed)
+    if validation_share > 0:
+        out = held_out(index.column("battle_id").to_pylist(), validation_share, split_seed)
+        index = index.filter(pa.array(out if validation else ~out))
+    return cut_windows(index.drop_columns(["player_side", "battle_id"]), context, context, seed)
 
 
 def _fold(mask13: np.ndarray) -> np.ndarray:
