@@ -204,3 +204,14 @@ def open_version(path: str | Path, *, check_sha256: bool = True, ignore_versions
                 f"{uri} does not have the declared {manifest.schema_name} schema; it was not written by this pipeline"
             )
     return ShardVersion(version, manifest)
+
+
+def newest_local_version(out: str | Path, dataset: str = "*") -> Path:
+    """The most recently published shard version under a local ``out`` folder (``out/<dataset>/<version>``; a
+    version is published when its manifest is written, last): what a notebook opens when no version is named.
+    Versions are named by content hashes, not dates, so the newest is the newest manifest, not the last name."""
+    manifests = [p for p in Path(out).glob(f"{dataset}/*/{MANIFEST_NAME}") if p.is_file()]
+    if not manifests:
+        raise FileNotFoundError(f"no published shard version under {Path(out) / dataset}: make one with `make demo` "
+                                "(or pipelines/parse_replays.py), or name one in REPLAYFORGE_VERSION")
+    return max(manifests, key=lambda p: (p.stat().st_mtime_ns, str(p))).parent

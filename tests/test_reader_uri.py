@@ -73,3 +73,20 @@ def test_path_inputs_become_uri_strings(tiny_generated, tmp_path, monkeypatch):
     assert isinstance(version.path, str) and version.path == str(published.path.resolve())
     monkeypatch.chdir(published.path.parent)
     assert open_version(published.path.name).path == version.path  # relative: made absolute
+
+
+def test_newest_local_version_is_the_newest_manifest_not_the_last_name(tmp_path):
+    import os
+
+    from shards_schema.reader import newest_local_version
+
+    with pytest.raises(FileNotFoundError, match="make demo"):
+        newest_local_version(tmp_path / "out", "pokemon_turns")
+    for name, mtime in (("v1.0.0-zzz", 1_000), ("v1.0.0-aaa", 2_000)):
+        version = tmp_path / "out" / "pokemon_turns" / name
+        version.mkdir(parents=True)
+        (version / "manifest.json").write_text("{}")
+        os.utime(version / "manifest.json", (mtime, mtime))
+    (tmp_path / "out" / "pokemon_turns" / "v9.9.9-unpublished").mkdir()  # no manifest: not a version yet
+    assert newest_local_version(tmp_path / "out", "pokemon_turns").name == "v1.0.0-aaa"
+    assert newest_local_version(tmp_path / "out").name == "v1.0.0-aaa"
