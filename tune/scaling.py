@@ -178,27 +178,24 @@ def trial(config: dict) -> None:
 
 def run(sweep: SweepConfig, log=print):
     """The sweep, then its table, fit and figure; Tune's ``ResultGrid``."""
-    from training.loop import init_local_ray
-
-    init_local_ray()
-    import ray
-    from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
-
     from shards_schema import storage
-    from training.loop import run_storage
+    from training.loop import init_local_ray, run_storage
 
     sweep = dataclasses.replace(sweep, shards=storage.normalize(sweep.shards), out=storage.normalize(sweep.out))
-    # A trial ASHA stops is blocked inside its Ray Train run and never returns to Tune, which kills it only after
-    # TUNE_FORCE_TRIAL_CLEANUP_S (600 s by default; measured: a stopped tiny trial held the sweep for the full
-    # 10 minutes). Killing the trial's actor ends its Train run too (the run's actors are owned by it).
-    os.environ.setdefault("TUNE_FORCE_TRIAL_CLEANUP_S", "15")
     # Ray Train takes a run folder that exists as a run to continue: a second sweep into the same --out would find
     # every trial finished and train nothing, so a sweep's folder is never reused
     for used in ("tune", "trials"):
         if storage.exists(storage.join(sweep.out, used)):
             raise FileExistsError(f"{storage.join(sweep.out, used)} exists: a sweep's results are never overwritten; "
                                   "give a new --out")
+    # A trial ASHA stops is blocked inside its Ray Train run and never returns to Tune, which kills it (and with it
+    # the run's actors, which it owns) only after TUNE_FORCE_TRIAL_CLEANUP_S, 600 s by default: a tiny sweep sat at
+    # its first stopped trial for the 7 minutes it was watched.
+    os.environ.setdefault("TUNE_FORCE_TRIAL_CLEANUP_S", "15")
+    init_local_ray()
+    import ray
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
     resources = trial_resources(ray.cluster_resources(), sweep.max_concurrent)
     log(f"[sweep] {len(sweep.sizes)} widths × {len(sweep.train_shares)} shares, up to {sweep.steps} steps; "
         f"{resources}")
