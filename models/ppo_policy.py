@@ -92,6 +92,12 @@ class PolicyStep:
     state: tuple[torch.Tensor, torch.Tensor]
 
 
+def mask_illegal(logits: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
+    """Logits (..., A) with illegal actions at -inf; a step with no legal action (padding) keeps its logits, so its
+    softmax stays finite."""
+    return logits.masked_fill(~legal & legal.any(-1, keepdim=True), float("-inf"))
+
+
 class RecurrentPolicy(nn.Module):
     def __init__(self, cfg: RecurrentPolicyConfig):
         super().__init__()
@@ -122,9 +128,7 @@ class RecurrentPolicy(nn.Module):
         return obs + torch.tanh(self.cross_gate) * attended.reshape(b, t, d)
 
     def heads(self, x: torch.Tensor, legal: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        any_legal = legal.any(-1, keepdim=True)
-        logits = self.actor(x).masked_fill(~legal & any_legal, float("-inf"))
-        return logits, self.critic(x).squeeze(-1)
+        return mask_illegal(self.actor(x), legal), self.critic(x).squeeze(-1)
 
     def forward(self, obs: torch.Tensor, opponent: torch.Tensor, opponent_valid: torch.Tensor,
                 episode_start: torch.Tensor, legal: torch.Tensor,

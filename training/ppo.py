@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from models.ppo_policy import mask_illegal
 from training import ppo_losses as P
 
 
@@ -170,9 +171,7 @@ def sequence_loss(policy, chunk: dict, cfg: PPOConfig, reference=None, train_pol
     policy_terms = actor - cfg.entropy_weight * entropy
     if reference is not None:
         with torch.no_grad():
-            legal = chunk["legal"]
-            reference_logits = reference(chunk["obs"]).masked_fill(~legal & legal.any(-1, keepdim=True),
-                                                                   float("-inf"))
+            reference_logits = mask_illegal(reference(chunk["obs"]), chunk["legal"])
         parts["reference_kl"] = P.reference_kl(out.logits, reference_logits, mask)
         parts["reference_agreement"] = P.agreement(out.logits.detach(), reference_logits, mask)
         policy_terms = policy_terms + cfg.reference_kl * parts["reference_kl"]
