@@ -174,19 +174,12 @@ class PolicyRecipe(Recipe):
 
 def validation_windows(cfg: TrainConfig, vocab_size: int) -> dict:
     """The first ``max_eval_windows`` windows of the held-out battles, in a fixed order (resuming stays exact)."""
-    import numpy as np
-
     from shards_schema.reader import open_version
-    from training.windows import LoadWindows, window_specs
+    from training.windows import LoadWindows, first_windows, window_specs
 
     specs = window_specs(open_version(cfg.shards, check_sha256=False), cfg.context, 0, cfg.sides,
                          validation_share=cfg.validation_share, split_seed=cfg.seed, validation=True)
-    specs = specs.sort_by([("file", "ascending"), ("row_start", "ascending")]).slice(0, cfg.max_eval_windows)
-    if not specs.num_rows:
-        return {}
-    columns = {name: specs.column(name).to_numpy() for name in specs.column_names}
-    columns["window"] = np.arange(specs.num_rows)
-    return LoadWindows(cfg.shards, cfg.context, vocab_size=vocab_size)(columns)
+    return first_windows(specs, cfg.max_eval_windows, LoadWindows(cfg.shards, cfg.context, vocab_size=vocab_size))
 
 
 def evaluate(model, windows: dict, cfg: TrainConfig, device, batch_size: int = 64) -> dict[str, float]:

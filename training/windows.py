@@ -236,6 +236,17 @@ class LoadWindows:
         return out
 
 
+def first_windows(specs: pa.Table, limit: int, loader) -> dict[str, np.ndarray]:
+    """The first ``limit`` windows of ``specs`` in file and row order, gathered by ``loader``: a validation set that
+    is the same at every step and on resume (no randomness); empty without windows."""
+    specs = specs.sort_by([("file", "ascending"), ("row_start", "ascending")]).slice(0, limit)
+    if not specs.num_rows:
+        return {}
+    columns = {name: specs.column(name).to_numpy() for name in specs.column_names}
+    columns["window"] = np.arange(specs.num_rows)
+    return loader(columns)
+
+
 def window_batches(specs, loader, batch_size: int, *, first_batch: int = 0, rows: slice | None = None):
     """Padded numpy batches from a stream of window specs (a ``Dataset`` or a worker's ``DataIterator``), gathered
     by ``loader`` (a ``LoadWindows``) in this process.

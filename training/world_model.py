@@ -139,18 +139,12 @@ def evaluate(model, windows: dict, device, batch_size: int = 64) -> dict[str, fl
 
 def validation_windows(version_path: str, context: int, games: list[str], limit: int) -> dict:
     """The first ``limit`` windows of the held-out games, in a fixed order (no randomness: resuming stays exact)."""
-    import numpy as np
-
     from shards_schema.reader import open_version
     from training.melee_windows import LoadFrameWindows, window_specs
+    from training.windows import first_windows
 
     specs = window_specs(open_version(version_path, check_sha256=False), context, 0, games=games)
-    specs = specs.sort_by([("file", "ascending"), ("row_start", "ascending")]).slice(0, limit)
-    if not specs.num_rows:
-        return {}
-    columns = {name: specs.column(name).to_numpy() for name in specs.column_names}
-    columns["window"] = np.arange(specs.num_rows)
-    return LoadFrameWindows(version_path, context)(columns)
+    return first_windows(specs, limit, LoadFrameWindows(version_path, context))
 
 
 def scheduled_step(seed: int, step: int, share: float) -> bool:
