@@ -257,12 +257,12 @@ def fits(rows: list[dict]) -> dict:
     edge = frontier([(r["compute"], r[METRIC]) for r in rows])
     if len({c for c, _ in edge}) >= 2:
         out["compute"] = (fit_power_law(*zip(*edge, strict=True)), edge)
+    last: dict = {}  # each trial's last validation
+    for r in rows:
+        key = (r["d_model"], r["train_share"])
+        if key not in last or r["step"] > last[key]["step"]:
+            last[key] = r
     for axis in ("parameters", "train_frames"):
-        last: dict = {}
-        for r in rows:
-            key = (r["d_model"], r["train_share"])
-            if key not in last or r["step"] > last[key]["step"]:
-                last[key] = r
         best: dict = {}
         for r in last.values():
             if not r["stopped_early"] and (r[axis] not in best or r[METRIC] < best[r[axis]]):
