@@ -51,8 +51,13 @@ class PolicyConfig:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
 
     @classmethod
-    def preset(cls, name: str, vocab_size: int) -> PolicyConfig:
-        """``tiny`` (tests), ``small`` (~15M), ``medium`` (~50M), ``large`` (~200M), after Metamon's sizes."""
+    def preset(cls, name: str, vocab_size: int, d_model: int = 0) -> PolicyConfig:
+        """``tiny`` (tests), ``small`` (~15M), ``medium`` (~50M), ``large`` (~200M), after Metamon's sizes.
+
+        ``d_model`` (0: the preset's) replaces the width and scales the rest with it: the feed-forward keeps the
+        preset's ratio to the width, and the heads keep the preset's head width (``d_model // head width`` heads,
+        fewer where that count does not divide ``d_model``, at least one). Depth and word embeddings stay the preset's:
+        a scaling sweep's size axis."""
         sizes = {
             "tiny": dict(d_token=8, d_model=32, n_layers=2, n_heads=2, d_ff=64, max_turns=64),
             "small": dict(d_token=32, d_model=384, n_layers=6, n_heads=6, d_ff=1536, max_turns=128),
@@ -61,7 +66,13 @@ class PolicyConfig:
         }
         if name not in sizes:
             raise ValueError(f"unknown preset {name!r}; have {sorted(sizes)}")
-        return cls(vocab_size=vocab_size, **sizes[name])
+        size = sizes[name]
+        if d_model:
+            heads = max(1, d_model // (size["d_model"] // size["n_heads"]))
+            while d_model % heads:
+                heads -= 1
+            size = {**size, "d_model": d_model, "n_heads": heads, "d_ff": d_model * size["d_ff"] // size["d_model"]}
+        return cls(vocab_size=vocab_size, **size)
 
 
 def check_inputs(tokens, vocab_size: int) -> None:

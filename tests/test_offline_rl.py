@@ -61,6 +61,25 @@ def test_validation_holds_out_whole_battles(tiny_generated):
     assert battles_of(val) == {b for b, v in out.items() if v} and not battles_of(train) & battles_of(val)
 
 
+def test_a_train_share_keeps_nested_battles_and_the_same_held_out_ones(tiny_generated):
+    from shards_schema.reader import open_version
+    from training.windows import window_specs
+
+    _, published, _ = tiny_generated
+    version = open_version(published.path)
+    rows = {(r["file"], r["row_start"]): r["battle_id"] for r in version.index().to_pylist()}
+
+    def battles(share):
+        specs = window_specs(version, 1000, 0, validation_share=0.3, split_seed=0, train_share=share)
+        return {rows[(w["file"], w["row_start"])] for w in specs.to_pylist()}  # windows of 1000 start each trajectory
+
+    half, all_train = battles(0.5), battles(1.0)
+    assert half < all_train and 0 < len(half) < len(all_train)
+    assert battles(0.25) <= half
+    validation = window_specs(version, 8, 0, validation_share=0.3, split_seed=0, validation=True, train_share=0.25)
+    assert validation.equals(window_specs(version, 8, 0, validation_share=0.3, split_seed=0, validation=True))
+
+
 def test_resume_is_exact(tiny_generated, tmp_path):
     _, published, _ = tiny_generated
     straight = tmp_path / "straight"

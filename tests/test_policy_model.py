@@ -115,6 +115,18 @@ def test_presets_sizes():
     assert sizes["tiny"] < 1e6 and 10e6 < sizes["small"] < 22e6 and 35e6 < sizes["medium"] < 70e6
 
 
+def test_a_width_override_scales_the_feed_forward_and_keeps_the_head_width():
+    small = PolicyConfig.preset("small", 50)  # 6 heads of 64, d_ff 4 × d_model
+    assert PolicyConfig.preset("small", 50, d_model=384) == small
+    wide = PolicyConfig.preset("small", 50, d_model=256)
+    assert (wide.d_model, wide.n_heads, wide.d_ff, wide.n_layers) == (256, 4, 1024, small.n_layers)
+    assert PolicyConfig.preset("small", 50, d_model=32).n_heads == 1  # narrower than one head: one head
+    assert PolicyConfig.preset("tiny", 50, d_model=48).n_heads == 3  # tiny's heads are 16 wide
+    assert PolicyConfig.preset("small", 50, d_model=160).n_heads == 2  # 160 // 64 = 2 heads of 80
+    sizes = [PokemonPolicy(PolicyConfig.preset("tiny", 50, d_model=d)).num_parameters() for d in (16, 32, 64)]
+    assert sizes == sorted(sizes) and len(set(sizes)) == 3
+
+
 def test_losses_hand_computed():
     logits = torch.tensor([[[0.0, math.log(3.0)]]])  # p = (0.25, 0.75)
     actions = torch.tensor([[1]])

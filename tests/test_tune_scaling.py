@@ -1,6 +1,7 @@
 """Scaling sweeps: the power-law fit against a plain reference and hand-made laws, the compute frontier, trial
-resources from the cluster's, and a tiny real sweep (Ray Tune + ASHA over world-model runs on synthetic games)
-that writes its table, fit and figure."""
+resources from the cluster's, each trainer's axes (parameters, training data) as the sweep counts them, and tiny real
+sweeps (Ray Tune + ASHA over world-model runs on synthetic games, over policy runs on simulator battles) that write
+their table, fit and figure."""
 
 from __future__ import annotations
 
@@ -77,8 +78,9 @@ def synthetic_frames(ray_local, tmp_path_factory):
 
 @pytest.mark.timeout(900)
 def test_a_tiny_sweep_writes_its_table_fit_and_figure(synthetic_frames, tmp_path):
-    from tune.scaling import METRIC, run
+    from tune.scaling import TARGETS, run
 
+    metric = TARGETS["melee_frames"].metric
     sweep = SweepConfig.tiny(shards=str(synthetic_frames), out=str(tmp_path / "sweep"))
     logs: list[str] = []
     grid = run(sweep, log=logs.append)
@@ -87,7 +89,7 @@ def test_a_tiny_sweep_writes_its_table_fit_and_figure(synthetic_frames, tmp_path
         rows = list(csv.DictReader(fh))
     trials = {(int(r["d_model"]), float(r["train_share"])) for r in rows}
     assert trials == {(16, 0.5), (16, 1.0), (32, 0.5), (32, 1.0)}
-    assert all(math.isfinite(float(r[METRIC])) and float(r["compute"]) > 0 for r in rows)
+    assert all(math.isfinite(float(r[metric])) and float(r["compute"]) > 0 for r in rows)
     params = {int(r["d_model"]): int(r["parameters"]) for r in rows}
     frames = {float(r["train_share"]): int(r["train_frames"]) for r in rows}
     assert params[16] < params[32] and frames[0.5] < frames[1.0]
@@ -105,3 +107,47 @@ def test_a_sweep_never_reuses_a_folder(tmp_path):
     (tmp_path / "trials").mkdir()
     with pytest.raises(FileExistsError, match="never overwritten"):
         run(SweepConfig.tiny(shards="unused", out=str(tmp_path)))
+
+
+def test_the_policy_axes_count_its_parameters_and_kept_turns(tiny_generated):
+    from shards_schema.reader import open_version
+    from training.windows import window_specs
+    from tune.scaling import target_of
+
+    _, published, _ = tiny_generated
+    sweep = SweepConfig.tiny(shards=str(published.path), out="unused")
+    target, version = target_of(sweep.shards), open_version(published.path)
+    assert target.unit == "turns" and target.metric == "val_loss_actor"
+    sizes = [target.parameters(sweep, version, d) for d in (16, 32)]
+    assert 0 < sizes[0] < sizes[1]
+    turns = {share: target.training_units(sweep, version, share) for share in (0.5, 1.0)}
+    held = window_specs(version, 8, 0, validation_share=sweep.validation_share, split_seed=sweep.seed,
+                        validation=True).column("num_rows").to_numpy().sum()
+    assert 0 < turns[0.5] < turns[1.0] and turns[1.0] + held == sum(r["num_rows"] for r in
+                                                                      version.index().to_pylist())
+
+
+@pytest.mark.timeout(600)
+def test_a_tiny_policy_sweep_fits_loss_against_turns(tiny_generated, tmp_path):
+    from tune.scaling import run
+
+    _, published, _ = tiny_generated
+    sweep = SweepConfig.tiny(shards=str(published.path), out=str(tmp_path / "sweep"), sizes=[16, 32],
+                             train_shares=[1.0], context=8)
+    grid = run(sweep, log=lambda *_: None)
+    assert len(grid) == 2 and not grid.errors
+    with open(tmp_path / "sweep" / "scaling.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {int(r["d_model"]) for r in rows} == {16, 32} and {"train_turns", "turns_seen"} <= set(rows[0])
+    assert all(0 < float(r["val_loss_actor"]) < 10 for r in rows)
+    assert int(rows[0]["turns_seen"]) == int(rows[0]["step"]) * sweep.batch_size * sweep.context
+    assert "val_loss_actor against" in (tmp_path / "sweep" / "scaling.md").read_text()
+
+
+def test_shards_no_trainer_sweeps_are_refused_by_name(tiny_generated, monkeypatch):
+    import tune.scaling
+
+    _, published, _ = tiny_generated
+    monkeypatch.setattr(tune.scaling, "TARGETS", {"melee_frames": tune.scaling.TARGETS["melee_frames"]})
+    with pytest.raises(ValueError, match=r"holds 'pokemon_turns' shards; a scaling sweep trains on \['melee_frames'\]"):
+        tune.scaling.target_of(str(published.path))

@@ -42,6 +42,10 @@ class TrainConfig(TrainerConfig):
             battle trains).
         eval_every: steps between validations (and at the end).
         max_eval_windows: validation windows used (the first of the held-out battles, in a fixed order).
+        train_share: share of the training battles trained on (a seeded hash of the battle id; the held-out battles
+            stay the same whatever the share): the data axis of a scaling sweep.
+        d_model: model width replacing the preset's, the feed-forward and heads scaled with it (0: the preset's):
+            the size axis of a scaling sweep.
     """
 
     preset: str = "small"
@@ -53,6 +57,8 @@ class TrainConfig(TrainerConfig):
     validation_share: float = 0.0
     eval_every: int = 500
     max_eval_windows: int = 512
+    train_share: float = 1.0
+    d_model: int = 0
 
     def __post_init__(self):
         super().__post_init__()
@@ -62,6 +68,10 @@ class TrainConfig(TrainerConfig):
             raise ValueError("--validation-share is a share in [0, 1)")
         if min(self.eval_every, self.max_eval_windows) < 1:
             raise ValueError("--eval-every and --max-eval-windows must be >= 1")
+        if not 0.0 < self.train_share <= 1.0:
+            raise ValueError("--train-share is a share in (0, 1]")
+        if self.d_model < 0:
+            raise ValueError("--d-model must be >= 0 (0: the preset's width)")
 
     @classmethod
     def tiny(cls, *, shards: str, out: str, **overrides) -> TrainConfig:
@@ -114,7 +124,7 @@ class PolicyRecipe(Recipe):
     config_class = TrainConfig
     kind = "pokemon_policy"
     tag = "train"
-    stream_fields = ("sides", "validation_share")
+    stream_fields = ("sides", "validation_share", "train_share")
 
     def __init__(self, cfg: TrainConfig, plan: dict):
         super().__init__(cfg, plan)
@@ -130,7 +140,7 @@ class PolicyRecipe(Recipe):
     def model_config(self):
         from models.pokemon_policy import PolicyConfig
 
-        policy_cfg = PolicyConfig.preset(self.cfg.preset, self.plan["vocab_size"])
+        policy_cfg = PolicyConfig.preset(self.cfg.preset, self.plan["vocab_size"], d_model=self.cfg.d_model)
         return dataclasses.replace(policy_cfg, max_turns=max(policy_cfg.max_turns, self.cfg.context))
 
     def init_config(self, ckpt):
@@ -144,7 +154,8 @@ class PolicyRecipe(Recipe):
         from training.windows import window_specs
 
         return window_specs(version, self.cfg.context, self.cfg.seed + epoch, self.cfg.sides,
-                            validation_share=self.cfg.validation_share, split_seed=self.cfg.seed)
+                            validation_share=self.cfg.validation_share, split_seed=self.cfg.seed,
+                            train_share=self.cfg.train_share)
 
     def loader(self):
         from training.windows import LoadWindows

@@ -91,10 +91,11 @@ def stream_dataset(windows: pa.Table, block_rows: int = 65536):
     return ray.data.from_arrow(blocks)
 
 
-def held_out(battle_ids: list[str], share: float, seed: int) -> np.ndarray:
+def held_out(battle_ids: list[str], share: float, seed: int | str) -> np.ndarray:
     """(n,) bool: whether each battle is in the validation split. A battle is held out when a seeded hash of its id
     falls below ``share``, so both sides of a battle land on the same side of the split, and the split needs no list
-    of ids (a battle keeps its side as the data grows)."""
+    of ids (a battle keeps its side as the data grows). With another seed it draws an independent share (the
+    training share of a scaling sweep), and a smaller share is a subset of a larger one under the same seed."""
     import hashlib
 
     threshold = share * 2.0 ** 64
@@ -103,16 +104,21 @@ def held_out(battle_ids: list[str], share: float, seed: int) -> np.ndarray:
 
 
 def window_specs(version: ShardVersion, context: int, seed: int, sides: list[str] | None = None, *,
-                 validation_share: float = 0.0, split_seed: int = 0, validation: bool = False) -> pa.Table:
+                 validation_share: float = 0.0, split_seed: int = 0, validation: bool = False,
+                 train_share: float = 1.0) -> pa.Table:
     """The windows of ``context`` turns of every trajectory (only the given player sides), shuffled with ``seed``.
     With a ``validation_share``, only the training battles' windows, or with ``validation`` only the held-out ones
-    (``held_out`` with ``split_seed``)."""
+    (``held_out`` with ``split_seed``). A ``train_share`` below 1 keeps that share of the training battles (a second
+    seeded hash: the held-out battles are the same whatever the share, and each share holds the smaller ones)."""
     index = version.index().select(["file", "row_start", "num_rows", "player_side", "battle_id"])
     if sides:
         index = index.filter(pc.is_in(index.column("player_side"), pa.array(sides)))
     if validation_share > 0:
         out = held_out(index.column("battle_id").to_pylist(), validation_share, split_seed)
         index = index.filter(pa.array(out if validation else ~out))
+    if train_share < 1.0 and not validation:
+        kept = held_out(index.column("battle_id").to_pylist(), train_share, f"{split_seed}:train-share")
+        index = index.filter(pa.array(kept))
     return cut_windows(index.drop_columns(["player_side", "battle_id"]), context, context, seed)
 
 

@@ -1,23 +1,27 @@
-"""Scaling sweeps with Ray Tune: model size × data size × steps for the Melee world model, ASHA stopping the runs
-that fall behind, and a power-law fit of validation loss against compute, parameters and data.
+"""Scaling sweeps with Ray Tune: model size × data size × steps for the Pokémon policy or the Melee world model,
+ASHA stopping the runs that fall behind, and a power-law fit of validation loss against compute, parameters and data.
 
-    python tune/scaling.py --shards OUT/melee_frames/<v> --out runs/scaling-wm                     # 3 × 3 trials
+    python tune/scaling.py --shards OUT/pokemon_turns/<v> --out runs/scaling-policy                # 3 × 3 trials
+    python tune/scaling.py --shards OUT/melee_frames/<v> --out runs/scaling-wm
     python tune/scaling.py --tiny --shards OUT/melee_frames/<v> --out runs/scaling-tiny           # tests, demo
 
-Each trial is one ``training/world_model.py`` run (the shared ``training/fit.fit`` on Ray Train, reporting its
-validation with every checkpoint) of one width (``--sizes``: ``d_model``) and one share of the training games
-(``--train-shares``; the held-out games are the same for every trial); the steps axis is each run's own curve, one
+The shards say which trainer a sweep runs (``TARGETS``, by the manifest's dataset): ``pokemon_turns`` trains the
+policy (``training/offline_rl.py``, validation loss: the actor's cross-entropy on held-out battles), ``melee_frames``
+the world model (``training/world_model.py``, its total validation loss on held-out games). Each trial is one run of
+that trainer (the shared ``training/fit.fit`` on Ray Train, reporting its validation with every checkpoint) of one
+width (``--sizes``: ``d_model``, the rest of the preset scaled with it by the trainer) and one share of the training
+data (``--train-shares``; the held-out data is the same for every trial); the steps axis is each run's own curve, one
 validation every ``--eval-every`` steps. ASHA (``--grace-steps``, ``--reduction-factor``) stops a trial whose
 validation loss is behind the others' at the same step. Tune keeps every trial's config and reports under
 ``OUT/tune`` and each trial's checkpoints under ``OUT/trials/<trial>``, on the run's store (a local path or a
 URI). At the end the driver writes, next to them:
 
-- ``scaling.csv``: every validation of every trial with its parameters, training frames, frames seen and compute;
+- ``scaling.csv``: every validation of every trial with its parameters, training data size, data seen and compute;
 - ``scaling.md``: the fitted exponents with 95% intervals;
 - ``scaling.png``: loss against compute (every curve, the frontier and its fit), against parameters and against
-  training frames (each trial's last validation).
+  training data (each trial's last validation).
 
-Compute is ``6 · parameters · frames seen`` (forward and backward of a dense model, per frame of every window).
+Compute is ``6 · parameters · steps seen`` (forward and backward of a dense model, per turn or frame of every window).
 """
 
 from __future__ import annotations
@@ -32,28 +36,26 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-METRIC = "val_loss_total"
-"""What the scheduler and the fits read: the world model's validation loss on the held-out games."""
-
 
 @dataclass(frozen=True, kw_only=True)
 class SweepConfig:
     """Configuration of a scaling sweep.
 
     Attributes:
-        shards: the melee_frames shard version (a local path or a URI).
+        shards: the shard version to train on (a local path or a URI): ``pokemon_turns`` sweeps the policy,
+            ``melee_frames`` the world model.
         out: the sweep's folder (a local path or a URI): Tune's results, each trial's run, the fit.
-        sizes: model widths (the world model's ``d_model``), one axis of the grid.
-        train_shares: shares of the training games, the other axis.
-        preset: the world-model preset the widths replace the width of (depth and state size stay its own).
+        sizes: model widths (the trainer's ``d_model``), one axis of the grid.
+        train_shares: shares of the training data (battles or games), the other axis.
+        preset: the trainer's preset the widths replace the width of (depth stays its own).
         steps: the most steps a trial trains (ASHA stops the ones that fall behind earlier).
         eval_every: steps between validations (each one a report ASHA reads).
         grace_steps: steps every trial trains before ASHA may stop it.
         reduction_factor: ASHA's: about 1/reduction_factor of the trials go on at each rung.
-        context: frames per training window.
+        context: turns or frames per training window.
         batch_size: windows per step.
         lr: learning rate.
-        validation_share: share of games held out for validation (the same games for every trial).
+        validation_share: share of battles or games held out for validation (the same for every trial).
         max_eval_windows: validation windows per validation.
         max_concurrent: trials at once (0: one per GPU, or one per 2 CPUs on a CPU-only cluster).
         seed: seed of every trial (split, window order, initialization).
@@ -85,6 +87,8 @@ class SweepConfig:
             raise ValueError("--steps, --eval-every and --grace-steps must be >= 1, --reduction-factor >= 2")
         if self.steps % self.eval_every:
             raise ValueError(f"--steps {self.steps} must be a multiple of --eval-every {self.eval_every}")
+        if not 0.0 < self.validation_share < 1.0:
+            raise ValueError("--validation-share is a share in (0, 1): a sweep compares validation losses")
 
     @classmethod
     def tiny(cls, *, shards: str, out: str, **overrides) -> SweepConfig:
@@ -94,16 +98,100 @@ class SweepConfig:
                   **overrides}
         return cls(shards=shards, out=out, **fields)
 
-    def trainer_config(self, d_model: int, train_share: float, out: str):
-        """The world-model run of one trial: this sweep's shared settings, one width and one share."""
+    def shared_fields(self) -> dict:
+        """The settings every trial's trainer config takes from the sweep (a validation at each checkpoint, so every
+        report ASHA reads carries one)."""
+        return {"shards": self.shards, "preset": self.preset, "steps": self.steps, "eval_every": self.eval_every,
+                "checkpoint_every": self.eval_every, "log_every": self.eval_every, "context": self.context,
+                "batch_size": self.batch_size, "lr": self.lr, "validation_share": self.validation_share,
+                "max_eval_windows": self.max_eval_windows, "seed": self.seed, "wandb_mode": "disabled"}
+
+
+class SweepTarget:
+    """One trainer as a sweep drives it: its config of one trial, its recipe, its validation metric and what its
+    data axis counts. One subclass per trainer, found by the shards' dataset (``TARGETS``)."""
+
+    dataset: str = ""  # the manifest's dataset it trains on
+    unit: str = ""  # what the data axis counts (turns, frames)
+    metric: str = ""  # the validation loss ASHA and the fits read
+    overlap: int = 0  # steps a window holds beyond the ones it trains the next step of (the world model's +1)
+
+    def config(self, sweep: SweepConfig, d_model: int, train_share: float, out: str):
+        """The trainer config of the trial of width ``d_model`` and data share ``train_share``."""
+        raise NotImplementedError
+
+    def recipe(self):
+        """The trainer's ``training/fit.Recipe``."""
+        raise NotImplementedError
+
+    def training_units(self, sweep: SweepConfig, version, train_share: float) -> int:
+        """Turns or frames of the training data a share keeps (the data axis), as the trainer picks them."""
+        raise NotImplementedError
+
+    def parameters(self, sweep: SweepConfig, version, d_model: int) -> int:
+        """Parameters of the model a trial of width ``d_model`` trains."""
+        from training.checkpoints import MODEL_KINDS
+
+        recipe = self.recipe()
+        cfg = self.config(sweep, d_model, 1.0, out="-")
+        _, model_class = MODEL_KINDS[recipe.kind].classes()
+        return sum(p.numel() for p in model_class(recipe(cfg, recipe.make_plan(cfg, version)).model_config())
+                   .parameters())
+
+
+class PolicyTarget(SweepTarget):
+    dataset, unit, metric = "pokemon_turns", "turns", "val_loss_actor"
+
+    def config(self, sweep, d_model, train_share, out):
+        from training.offline_rl import TrainConfig
+
+        return TrainConfig(**sweep.shared_fields(), out=out, d_model=d_model, train_share=train_share)
+
+    def recipe(self):
+        from training.offline_rl import PolicyRecipe
+
+        return PolicyRecipe
+
+    def training_units(self, sweep, version, train_share):
+        cfg = self.config(sweep, sweep.sizes[0], train_share, out="-")
+        # epoch 0's windows tile each kept trajectory: their rows are its turns
+        return int(self.recipe()(cfg, {}).epoch_windows(version, 0).column("num_rows").to_numpy().sum())
+
+
+class WorldModelTarget(SweepTarget):
+    dataset, unit, metric, overlap = "melee_frames", "frames", "val_loss_total", 1
+
+    def config(self, sweep, d_model, train_share, out):
         from training.world_model import WorldModelTrainConfig
 
-        return WorldModelTrainConfig(
-            shards=self.shards, out=out, preset=self.preset, d_model=d_model, train_share=train_share,
-            steps=self.steps, eval_every=self.eval_every, checkpoint_every=self.eval_every,
-            log_every=self.eval_every, context=self.context, batch_size=self.batch_size, lr=self.lr,
-            validation_share=self.validation_share, max_eval_windows=self.max_eval_windows, seed=self.seed,
-            scheduled_sampling=0.0, wandb_mode="disabled")
+        return WorldModelTrainConfig(**sweep.shared_fields(), out=out, d_model=d_model, train_share=train_share,
+                                     scheduled_sampling=0.0)
+
+    def recipe(self):
+        from training.world_model import WorldModelRecipe
+
+        return WorldModelRecipe
+
+    def training_units(self, sweep, version, train_share):
+        cfg = self.config(sweep, sweep.sizes[0], train_share, out="-")
+        plan = self.recipe().make_plan(cfg, version)
+        skip = set(plan["val_games"]) | set(plan["left_out"])
+        return sum(r["num_rows"] for r in version.index().select(["game_id", "num_rows"]).to_pylist()
+                   if r["game_id"] not in skip)
+
+
+TARGETS = {t.dataset: t for t in (PolicyTarget(), WorldModelTarget())}
+"""The trainer each dataset's shards sweep."""
+
+
+def target_of(shards: str) -> SweepTarget:
+    """The sweep target of a shard version, by its manifest's dataset."""
+    from shards_schema.reader import open_version
+
+    dataset = open_version(shards, check_sha256=False).manifest.dataset
+    if dataset not in TARGETS:
+        raise ValueError(f"{shards} holds {dataset!r} shards; a scaling sweep trains on {sorted(TARGETS)}")
+    return TARGETS[dataset]
 
 
 @dataclass(frozen=True)
@@ -137,41 +225,20 @@ def trial_resources(cluster: dict, asked_concurrent: int = 0) -> TrialResources:
     return TrialResources(False, round(max(0.25, share / 4), 2), 1, concurrent)
 
 
-def model_parameters(cfg) -> int:
-    """Parameters of the world model a trial of trainer config ``cfg`` trains."""
-    from models.world_model import WorldModel
-    from training.world_model import WorldModelRecipe
-
-    return sum(p.numel() for p in WorldModel(WorldModelRecipe(cfg, {}).model_config()).parameters())
-
-
-def training_frames(sweep: SweepConfig, train_share: float) -> int:
-    """Frames of the training games a share keeps (the data axis), as the trainer's plan picks them."""
-    from shards_schema.reader import open_version
-    from training.world_model import WorldModelRecipe
-
-    version = open_version(sweep.shards, check_sha256=False)
-    cfg = sweep.trainer_config(sweep.sizes[0], train_share, out="-")
-    plan = WorldModelRecipe.make_plan(cfg, version)
-    skip = set(plan["val_games"]) | set(plan["left_out"])
-    return sum(r["num_rows"] for r in version.index().select(["game_id", "num_rows"]).to_pylist()
-               if r["game_id"] not in skip)
-
-
 def trial(config: dict) -> None:
-    """One Tune trial: a world-model run of the trial's width and share, its validations forwarded to Tune."""
+    """One Tune trial: a run of the sweep's trainer of the trial's width and share, its validations forwarded to
+    Tune."""
     from ray.tune.integration.ray_train import TuneReportCallback
 
     from shards_schema import storage
     from training.fit import fit
-    from training.world_model import WorldModelRecipe
 
-    sweep = SweepConfig(**config["sweep"])
+    sweep, target = SweepConfig(**config["sweep"]), TARGETS[config["dataset"]]
     name = f"d{config['d_model']}-share{config['train_share']:g}"
-    cfg = sweep.trainer_config(config["d_model"], config["train_share"], storage.join(sweep.out, "trials", name))
+    cfg = target.config(sweep, config["d_model"], config["train_share"], storage.join(sweep.out, "trials", name))
     cfg = dataclasses.replace(cfg, use_gpu=config["use_gpu"], cpus_per_worker=config["cpus_per_worker"],
                               torch_threads=config["torch_threads"])
-    result = fit(cfg, WorldModelRecipe, callbacks=(TuneReportCallback(),), name=name)
+    result = fit(cfg, target.recipe(), callbacks=(TuneReportCallback(),), name=name)
     if result.error is not None:
         raise RuntimeError(f"trial {name} failed: {result.error}") from result.error
 
@@ -192,14 +259,15 @@ def run(sweep: SweepConfig, log=print):
     # the run's actors, which it owns) only after TUNE_FORCE_TRIAL_CLEANUP_S, 600 s by default: a tiny sweep sat at
     # its first stopped trial for the 7 minutes it was watched.
     os.environ.setdefault("TUNE_FORCE_TRIAL_CLEANUP_S", "15")
+    target = target_of(sweep.shards)
     init_local_ray()
     import ray
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
     resources = trial_resources(ray.cluster_resources(), sweep.max_concurrent)
-    log(f"[sweep] {len(sweep.sizes)} widths × {len(sweep.train_shares)} shares, up to {sweep.steps} steps; "
-        f"{resources}")
-    space = {"sweep": dataclasses.asdict(sweep), "d_model": tune.grid_search(sweep.sizes),
+    log(f"[sweep] {target.recipe().kind}: {len(sweep.sizes)} widths × {len(sweep.train_shares)} shares, up to "
+        f"{sweep.steps} steps, {target.metric}; {resources}")
+    space = {"sweep": dataclasses.asdict(sweep), "dataset": target.dataset, "d_model": tune.grid_search(sweep.sizes),
              "train_share": tune.grid_search(sweep.train_shares), **{
                  k: getattr(resources, k) for k in ("use_gpu", "cpus_per_worker", "torch_threads")}}
     storage_args = run_storage(storage.join(sweep.out, "tune"))
@@ -208,7 +276,7 @@ def run(sweep: SweepConfig, log=print):
         tune.with_resources(trial, {"CPU": 0.01}),
         param_space=space,
         tune_config=tune.TuneConfig(
-            metric=METRIC, mode="min", max_concurrent_trials=resources.max_concurrent,
+            metric=target.metric, mode="min", max_concurrent_trials=resources.max_concurrent,
             # max_t past the last step: a trial that reaches --steps ends on its own, and its Ray Train run shuts
             # down cleanly, instead of being stopped by the scheduler at its last report
             scheduler=ASHAScheduler(time_attr="step", max_t=sweep.steps + 1, grace_period=sweep.grace_steps,
@@ -217,28 +285,32 @@ def run(sweep: SweepConfig, log=print):
                                   storage_filesystem=storage_args.get("storage_filesystem")),
     )
     grid = tuner.fit()
-    rows = result_rows(sweep, grid)
-    write_report(sweep, rows, log)
+    rows = result_rows(sweep, target, grid)
+    write_report(sweep, target, rows, log)
     return grid
 
 
-def result_rows(sweep: SweepConfig, grid) -> list[dict]:
-    """Every validation report of every trial with its width, share, parameters, training frames, frames seen and
-    compute."""
-    parameters = {d: model_parameters(sweep.trainer_config(d, 1.0, out="-")) for d in sweep.sizes}
-    frames = {s: training_frames(sweep, s) for s in sweep.train_shares}
+def result_rows(sweep: SweepConfig, target: SweepTarget, grid) -> list[dict]:
+    """Every validation report of every trial with its width, share, parameters, training data size (turns or
+    frames), data seen and compute."""
+    from shards_schema.reader import open_version
+
+    version = open_version(sweep.shards, check_sha256=False)
+    parameters = {d: target.parameters(sweep, version, d) for d in sweep.sizes}
+    units = {s: target.training_units(sweep, version, s) for s in sweep.train_shares}
+    per_step = sweep.batch_size * (sweep.context + target.overlap)
     rows = []
     for result in grid:
         config, history = result.config, result.metrics_dataframe
-        if history is None or METRIC not in history:
+        if history is None or target.metric not in history:
             continue
-        for record in history[["step", METRIC]].dropna().to_dict("records"):
+        for record in history[["step", target.metric]].dropna().to_dict("records"):
             step = int(record["step"])
-            seen = step * sweep.batch_size * (sweep.context + 1)
-            n = parameters[config["d_model"]]
+            n, seen = parameters[config["d_model"]], step * per_step
             rows.append({"d_model": config["d_model"], "train_share": config["train_share"], "parameters": n,
-                         "train_frames": frames[config["train_share"]], "step": step, "frames_seen": seen,
-                         "compute": 6.0 * n * seen, METRIC: float(record[METRIC])})
+                         f"train_{target.unit}": units[config["train_share"]], "step": step,
+                         f"{target.unit}_seen": seen, "compute": 6.0 * n * seen,
+                         target.metric: float(record[target.metric])})
     last: dict = {}
     for r in rows:
         key = (r["d_model"], r["train_share"])
@@ -248,13 +320,14 @@ def result_rows(sweep: SweepConfig, grid) -> list[dict]:
     return rows
 
 
-def fits(rows: list[dict]) -> dict:
+def fits(rows: list[dict], target: SweepTarget) -> dict:
     """The three power laws: loss against compute on the frontier, against parameters (each width's best last
-    validation over shares) and against training frames (each share's best over widths)."""
+    validation over shares) and against training data (each share's best over widths)."""
     from tune.scaling_fit import fit_power_law, frontier
 
     out = {}
-    edge = frontier([(r["compute"], r[METRIC]) for r in rows])
+    metric = target.metric
+    edge = frontier([(r["compute"], r[metric]) for r in rows])
     if len({c for c, _ in edge}) >= 2:
         out["compute"] = (fit_power_law(*zip(*edge, strict=True)), edge)
     last: dict = {}  # each trial's last validation
@@ -262,18 +335,18 @@ def fits(rows: list[dict]) -> dict:
         key = (r["d_model"], r["train_share"])
         if key not in last or r["step"] > last[key]["step"]:
             last[key] = r
-    for axis in ("parameters", "train_frames"):
+    for axis in ("parameters", f"train_{target.unit}"):
         best: dict = {}
         for r in last.values():
-            if not r["stopped_early"] and (r[axis] not in best or r[METRIC] < best[r[axis]]):
-                best[r[axis]] = r[METRIC]
+            if not r["stopped_early"] and (r[axis] not in best or r[metric] < best[r[axis]]):
+                best[r[axis]] = r[metric]
         points = sorted(best.items())
         if len(points) >= 2:
             out[axis] = (fit_power_law(*zip(*points, strict=True)), points)
     return out
 
 
-def write_report(sweep: SweepConfig, rows: list[dict], log=print) -> dict:
+def write_report(sweep: SweepConfig, target: SweepTarget, rows: list[dict], log=print) -> dict:
     """``scaling.csv``, ``scaling.md`` and ``scaling.png`` in the sweep's folder; the fits."""
     import csv
     import io
@@ -281,26 +354,28 @@ def write_report(sweep: SweepConfig, rows: list[dict], log=print) -> dict:
     from shards_schema import storage
 
     if not rows:
-        raise RuntimeError(f"no trial reported {METRIC}: see the trials' logs under {storage.join(sweep.out, 'tune')}")
+        raise RuntimeError(f"no trial reported {target.metric}: see the trials' logs under "
+                           f"{storage.join(sweep.out, 'tune')}")
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
     storage.write_bytes(storage.join(sweep.out, "scaling.csv"), text.getvalue().encode())
-    fitted = fits(rows)
-    lines = ["| loss against | exponent | 95% interval | points | R² (log-log) |", "|---|---|---|---|---|"]
+    fitted = fits(rows, target)
+    lines = [f"{target.metric} against:", "",
+             "| loss against | exponent | 95% interval | points | R² (log-log) |", "|---|---|---|---|---|"]
     for axis, (law, _) in fitted.items():
         lines.append(f"| {axis} | {law.exponent:.3f} | [{law.exponent_low:.3f}, {law.exponent_high:.3f}] | "
                      f"{law.points} | {law.r2:.3f} |")
     table = "\n".join(lines) + "\n"
     storage.write_bytes(storage.join(sweep.out, "scaling.md"), table.encode())
-    storage.write_bytes(storage.join(sweep.out, "scaling.png"), _figure(rows, fitted))
+    storage.write_bytes(storage.join(sweep.out, "scaling.png"), _figure(rows, fitted, target))
     log(table)
     log(f"[sweep] {len(rows)} validations → {storage.join(sweep.out, 'scaling.png')}")
     return fitted
 
 
-def _figure(rows: list[dict], fitted: dict) -> bytes:
+def _figure(rows: list[dict], fitted: dict, target: SweepTarget) -> bytes:
     import io
 
     import matplotlib
@@ -312,12 +387,13 @@ def _figure(rows: list[dict], fitted: dict) -> bytes:
     fig, axes = plt.subplots(1, 3, figsize=(13, 4), dpi=110)
     curves: dict = {}
     for r in rows:
-        curves.setdefault((r["d_model"], r["train_share"]), []).append((r["compute"], r[METRIC]))
+        curves.setdefault((r["d_model"], r["train_share"]), []).append((r["compute"], r[target.metric]))
     for (d, share), points in sorted(curves.items()):
         axes[0].plot(*zip(*sorted(points), strict=True), "o-", alpha=0.6, linewidth=1, markersize=3,
                      label=f"d={d}, share={share:g}")  # markers: a trial stopped at its first validation shows too
-    for ax, axis, unit in ((axes[0], "compute", "compute (6·N·frames seen)"), (axes[1], "parameters", "parameters"),
-                           (axes[2], "train_frames", "training frames")):
+    for ax, axis, label in ((axes[0], "compute", f"compute (6·N·{target.unit} seen)"),
+                            (axes[1], "parameters", "parameters"),
+                            (axes[2], f"train_{target.unit}", f"training {target.unit}")):
         if axis in fitted:
             law, points = fitted[axis]
             xs = np.array([p[0] for p in points])
@@ -329,9 +405,10 @@ def _figure(rows: list[dict], fitted: dict) -> bytes:
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.tick_params(axis="x", which="minor", labelsize=6, labelrotation=45)  # narrow ranges label minor ticks
-        ax.set_xlabel(unit)
-        ax.set_ylabel(f"validation loss ({METRIC})")
-        ax.legend(fontsize=6)
+        ax.set_xlabel(label)
+        ax.set_ylabel(f"validation loss ({target.metric})")
+        if ax.get_legend_handles_labels()[0]:  # an axis with one point per trial has no fit and nothing to label
+            ax.legend(fontsize=6)
     fig.tight_layout()
     data = io.BytesIO()
     fig.savefig(data, format="png")
