@@ -57,7 +57,7 @@ class ParseConfig:
         cpus_per_actor: CPUs each parse or generate actor reserves (fractional, so Ray Data is not starved).
         inputs_per_batch: inputs handed to a parse actor at once.
         num_cpus: CPUs of the local Ray instance (plain-script runs; ignored under ray job submit).
-        progress_every_s: seconds between progress lines.
+        progress_every_s: seconds between progress lines (inputs done of the total, rows/s, quarantined, ETA).
         generated: battles and games the job makes itself.
         replays: which public replays to keep.
         slp: which Melee games to keep.
@@ -139,15 +139,18 @@ class ParseInputs:
         self.shard_size_bytes = int(cfg.shard_size_mb * BYTES_PER_MIB)
 
     def __call__(self, groups: pa.Table) -> pa.Table:
+        import dataclasses
+
         from pipelines.writer import GroupWriter
 
         results = []
+        planned = groups.column("planned_bytes").to_pylist()
         for i, group in enumerate(groups.column("group").to_pylist()):
             inputs = stages.struct_table(groups.column("inputs")[i].values)
             writer = GroupWriter(self.version_uri, group, self.parser.schema, shard_size_bytes=self.shard_size_bytes,
                                  parquet_options=self.parser.parquet_options)
             writer.add_batch(self.parse_batch(inputs))
-            results.append(writer.close().to_arrow())
+            results.append(dataclasses.replace(writer.close(), planned_bytes=planned[i]).to_arrow())
         return pa.concat_tables(results)
 
     def parse_batch(self, batch: pa.Table) -> ParsedBatch:
@@ -222,6 +225,10 @@ class ParseInputs:
 
 
 # ---------------------------------------------------------------------------- read stage (the source's)
+GROUPS_PER_TASK = 4
+"""Groups a small plan's read task is cut into (a group is a progress step and, at most, one shard)."""
+MIN_GROUP_INPUT_BYTES = 64 << 10
+"""The smallest group a small plan is cut into: a plan of empty or tiny files still makes groups of many inputs."""
 MAX_GROUP_INPUT_BYTES = 512 << 20
 """A group's raw inputs travel as one Ray object and are held by its parse actor beside their rows: bounded, so a
 node's actors fit in memory. Melee inputs shrink ~16x (``SlpSource.shard_bytes_per_input_byte``): their shards come
@@ -233,25 +240,34 @@ _READ_ROW = pa.struct([("input_id", pa.string()), ("payload", pa.large_binary())
 def read_groups(tasks: pa.Table, *, source: stages.Source, group_bytes: float):
     """A read task: reads its work items in order and yields their inputs in groups of consecutive inputs of about
     ``group_bytes`` input bytes (an input is never split; a group never spans tasks), one row per group named
-    ``<task>-<group>``. Cut by the bytes read, the groups are the same on every run: shard boundaries follow."""
+    ``<task>-<group>``. Cut by the bytes read, the groups are the same on every run: shard boundaries follow.
+
+    Each group also says how much of the plan it completes (``planned_bytes``, what the driver's progress and ETA
+    count): the items finished since the last group, plus the bytes read of the item in progress up to its planned
+    size. A task's groups add up to its items' ``stages.planned_bytes`` exactly."""
     import json
 
     for task, items_json in zip(tasks.column("task").to_pylist(), tasks.column("items").to_pylist(), strict=True):
         rows, size, number = [], 0, 0
+        done, reported = 0.0, 0.0  # planned bytes of the task read so far; of them, told in groups already
         for item in json.loads(items_json):
+            planned, read = stages.planned_bytes(item, group_bytes), 0
             for row in source.read(item):
                 rows.append(row)
+                read += len(row["payload"] or b"")
                 size += len(row["payload"] or b"")
                 if size >= group_bytes:
-                    yield _group_row(f"{task:05d}-{number:03d}", rows)
-                    rows, size, number = [], 0, number + 1
-        if rows:
-            yield _group_row(f"{task:05d}-{number:03d}", rows)
+                    covered = done + min(read, planned)
+                    yield _group_row(f"{task:05d}-{number:03d}", rows, covered - reported)
+                    rows, size, number, reported = [], 0, number + 1, covered
+            done += planned
+        if rows or done > reported:
+            yield _group_row(f"{task:05d}-{number:03d}", rows, done - reported)
 
 
-def _group_row(group: str, rows: list[dict]) -> pa.Table:
+def _group_row(group: str, rows: list[dict], planned_bytes: float) -> pa.Table:
     inputs = pa.array([rows], pa.list_(_READ_ROW))
-    return pa.table({"group": [group], "inputs": inputs})
+    return pa.table({"group": [group], "inputs": inputs, "planned_bytes": pa.array([planned_bytes], pa.float64())})
 
 
 def _storage_env() -> dict[str, str]:
@@ -291,12 +307,20 @@ def run(cfg: ParseConfig, *, log=print):
 
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True  # groups reach the driver in input order
-    ctx.enable_progress_bars = False
+    ctx.enable_progress_bars = False  # the job's own progress line instead: plain lines under ray job submit
+    # Ray Data holds a task's outputs until they fill a block of this size: at the default 128 MiB a small job's
+    # groups reached the driver all at once as their task ended, and its progress line stood still until then.
+    ctx.target_max_block_size = MIN_GROUP_INPUT_BYTES
     source, parser = cfg.make_source(), cfg.parser
     plan = source.plan()
     spec = version_spec(cfg, plan)
-    group_bytes = min(cfg.shard_size_mb * BYTES_PER_MIB / source.shard_bytes_per_input_byte, MAX_GROUP_INPUT_BYTES)
-    tasks = stages.pack_tasks(plan.items, group_bytes)
+    shard_group = min(cfg.shard_size_mb * BYTES_PER_MIB / source.shard_bytes_per_input_byte, MAX_GROUP_INPUT_BYTES)
+    # A plan smaller than a group per actor is cut into one read task per actor, so every actor gets work (packed by
+    # group size alone, the demo's 200 battles were one read task, simulated on one core while the other idled),
+    # and into GROUPS_PER_TASK groups per task, so its progress line moves before the end.
+    planned = sum(stages.planned_bytes(item, shard_group) for item in plan.items)
+    group_bytes = min(shard_group, max(planned / (cfg.num_parse_actors * GROUPS_PER_TASK), MIN_GROUP_INPUT_BYTES))
+    tasks = stages.pack_tasks(plan.items, min(shard_group, max(planned / cfg.num_parse_actors, MIN_GROUP_INPUT_BYTES)))
     log(f"[parse] source={cfg.source} formats={cfg.effective_formats or 'all'} work items={len(plan.items)} "
         f"read tasks={len(tasks)} → {spec.uri}")
     need, have = (cfg.num_parse_actors + 0.5) * cfg.cpus_per_actor, ray.cluster_resources().get("CPU", 0)
@@ -311,35 +335,93 @@ def run(cfg: ParseConfig, *, log=print):
     # Reads wait on storage and decompress; they ask for half an actor's CPU. A request unlike the actors' also keeps
     # Ray Data from fusing the read into the parse actors, which would then parse every group of a read task (a whole
     # archive) on one actor instead of spreading its groups over all of them.
+    reads = ray.data.TaskPoolStrategy(size=min(cfg.num_parse_actors, len(tasks))) if source.bounded_reads else None
     ds = ds.map_batches(read_groups, batch_size=1, batch_format="pyarrow", num_cpus=cfg.cpus_per_actor / 2,
-                        fn_kwargs={"source": source, "group_bytes": group_bytes},
-                        concurrency=cfg.num_parse_actors if source.bounded_reads else None, **runtime_env)
+                        fn_kwargs={"source": source, "group_bytes": group_bytes}, compute=reads, **runtime_env)
     ds = ds.map_batches(ParseInputs, batch_format="pyarrow", batch_size=1,
-                        compute=ray.data.ActorPoolStrategy(size=cfg.num_parse_actors), num_cpus=cfg.cpus_per_actor,
+                        compute=ray.data.ActorPoolStrategy(size=min(cfg.num_parse_actors, len(tasks))),
+                        num_cpus=cfg.cpus_per_actor,
                         fn_constructor_kwargs={"cfg": cfg, "version_uri": spec.uri}, **runtime_env)
     rewrite = ray.remote(num_cpus=cfg.cpus_per_actor, **runtime_env)(drop_rows)
     publisher = VersionPublisher(spec, schema=parser.schema, index_schema=parser.index_schema,
                                  parquet_options=parser.parquet_options,
                                  rewrite=lambda *args: ray.get(rewrite.remote(*args)))
-    start = last = time.monotonic()
+    from pipelines.console import Ticker
+
+    start = time.monotonic()
+    progress = ParseProgress(plan, group_bytes, Ticker(cfg.progress_every_s, log))
     try:
         for block in ds.iter_batches(batch_format="pyarrow", batch_size=None):
             for result in GroupResult.from_arrow(block):
                 publisher.add_group(result)
-            now = time.monotonic()
-            if now - last >= cfg.progress_every_s:
-                last = now
-                log(f"[parse] {publisher.inputs} inputs, {publisher.trajectories} trajectories, {publisher.rows} "
-                    f"rows, {publisher.rows / (now - start):.0f} rows/s, {sum(publisher.quarantined.values())} "
-                    "quarantined")
+                progress.add(result.planned_bytes)
+            progress.show(publisher, time.monotonic() - start)
+        progress.show(publisher, time.monotonic() - start, final=True)  # (unless the last line said it all)
         published = publisher.publish()
     except BaseException:
+        progress.ticker.end()
         publisher.abort()
         raise
     for name in published.removed:
         log(f"[parse] removed {name}: a file of a run that was killed or had other contents")
     _summary(published, time.monotonic() - start, log)
     return published
+
+
+class ParseProgress:
+    """The job's progress line: inputs done (of the plan's total where every work item says how many it holds),
+    rows, rows/s, quarantined so far and an ETA from the share of the plan's bytes done (``read_groups``)."""
+
+    def __init__(self, plan: stages.Plan, group_bytes: float, ticker):
+        self.total_inputs = plan.num_inputs()
+        self.total_bytes = sum(stages.planned_bytes(item, group_bytes) for item in plan.items)
+        self.done_bytes, self.ticker, self.shown = 0.0, ticker, None
+
+    def add(self, planned_bytes: float) -> None:
+        self.done_bytes += planned_bytes
+
+    def show(self, publisher, elapsed_s: float, final: bool = False) -> None:
+        if (final and self.shown == publisher.inputs) or not self.ticker.due(final):
+            return
+        self.shown = publisher.inputs
+        from pipelines.console import eta_s, progress_line
+
+        inputs = publisher.inputs
+        if self.total_inputs:
+            eta = eta_s(inputs, self.total_inputs, elapsed_s)
+            fields = {}
+        else:  # archives and row groups hold an unknown number of inputs until read: their bytes tell the share
+            eta = eta_s(self.done_bytes, self.total_bytes, elapsed_s)
+            fields = {"": f"{100.0 * self.done_bytes / max(self.total_bytes, 1.0):.0f}% of the input bytes"}
+        fields |= {"rows": f"{publisher.rows:,}", "rows/s": f"{publisher.rows / max(elapsed_s, 1e-9):,.0f}",
+                   "quarantined": f"{sum(publisher.quarantined.values()):,}"}
+        self.ticker.show(progress_line("parse", inputs, self.total_inputs, "inputs", fields, eta), final=final)
+
+
+NEXT_STEPS = {
+    "pokemon_turns": (("look at it", "REPLAYFORGE_VERSION={uri} make notebook"),
+                      ("train a policy", "{python} training/offline_rl.py --shards {uri} --out runs/bc --preset tiny "
+                                         "--steps 200"),
+                      ("battle it", "{python} training/evaluate.py --checkpoint runs/bc --battles 20 --port 8123")),
+    "melee_frames": (("look at it", "REPLAYFORGE_VERSION={uri} make notebook"),
+                     ("train a world model", "{python} training/world_model.py --shards {uri} --out runs/wm "
+                                             "--preset tiny --steps 200"),
+                     ("play it", "{python} training/world_model_play.py --checkpoint runs/wm --shards {uri} "
+                                 "--out runs/play --preset tiny")),
+}
+"""What comes after a parse, by dataset: the commands the summary ends with (``{uri}`` the published version,
+``{python}`` this interpreter)."""
+
+
+def next_steps(dataset_schema: str, uri: str) -> list[str]:
+    """The summary's closing lines: each next command, runnable as printed."""
+    import shlex
+
+    python = os.path.relpath(sys.executable) if sys.executable.startswith(os.getcwd() + os.sep) else sys.executable
+    lines = []
+    for what, command in NEXT_STEPS.get(dataset_schema, ()):
+        lines.append(f"[parse] {what + ':':21s} " + command.format(uri=shlex.quote(uri), python=shlex.quote(python)))
+    return lines
 
 
 def _summary(published, elapsed_s: float, log) -> None:
@@ -361,13 +443,18 @@ def _summary(published, elapsed_s: float, log) -> None:
         f"over {elapsed_s:.1f}s")
     log("[parse] " + ("already published with identical contents: " if published.reused else "published: ")
         + f"{m.dataset}/{m.version}")
+    for line in next_steps(m.schema_name, published.uri):
+        log(line)
     log(published.uri)
 
 
 def main(argv: list[str] | None = None) -> None:
     from pipelines.cli import parse_config
+    from pipelines.console import filter_known_noise
 
-    run(parse_config(ParseConfig, argv))
+    cfg = parse_config(ParseConfig, argv)
+    filter_known_noise()
+    run(cfg)
 
 
 if __name__ == "__main__":

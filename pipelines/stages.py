@@ -60,12 +60,19 @@ class Plan:
     """What a source's driver-side planning found.
 
     Attributes:
-        items: one small picklable ``work_item`` per unit of reading, in the order inputs are written.
+        items: one small picklable ``work_item`` per unit of reading, in the order inputs are written; an item that
+            knows how many inputs it holds says so in ``inputs`` (the progress line's total).
         revision: what the inputs' bytes are pinned to (a hub commit, a generator version), or None.
     """
 
     items: list[dict]
     revision: str | None
+
+    def num_inputs(self) -> int | None:
+        """Inputs the plan holds when every work item says (``inputs``: generated battles, synthetic games), else
+        None (files and archives hold an unknown number until read)."""
+        counts = [item.get("inputs") for item in self.items]
+        return sum(counts) if counts and None not in counts else None
 
     def identity(self) -> str:
         """sha256 over the items' ids and sizes, in order: the planned inputs' part of a version's name, known
@@ -78,13 +85,18 @@ class Plan:
         return digest.hexdigest()
 
 
+def planned_bytes(item: dict, budget_bytes: float) -> float:
+    """What a work item weighs in the plan: its listed bytes, else its ``estimate_bytes``, else a whole budget."""
+    return item["bytes"] if item.get("bytes") is not None else item.get("estimate_bytes") or budget_bytes
+
+
 def pack_tasks(items: list[dict], budget_bytes: float) -> list[list[dict]]:
-    """Consecutive work items in read tasks of about ``budget_bytes`` bytes (a larger item is a task alone; an item
-    without ``bytes`` counts its ``estimate_bytes``, else a whole budget). Deterministic: shard boundaries follow."""
+    """Consecutive work items in read tasks of about ``budget_bytes`` bytes (a larger item is a task alone; items
+    weigh their ``planned_bytes``). Deterministic: shard boundaries follow."""
     tasks, current, size = [], [], 0.0
     for item in items:
         current.append(item)
-        size += item["bytes"] if item.get("bytes") is not None else item.get("estimate_bytes") or budget_bytes
+        size += planned_bytes(item, budget_bytes)
         if size >= budget_bytes:
             tasks.append(current)
             current, size = [], 0.0

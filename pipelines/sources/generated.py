@@ -142,7 +142,7 @@ class GeneratedSource(Source):
         g = self.cfg.generated
         self.showdown = str(showdown_dir())  # found on the driver, handed to the read tasks with this source
         items = [work_item(f"{c['format']}/{c['first_index']}+{c['num_battles']}", None,
-                           estimate_bytes=c["num_battles"] * BATTLE_LOG_BYTES, **c)
+                           estimate_bytes=c["num_battles"] * BATTLE_LOG_BYTES, inputs=c["num_battles"], **c)
                  for c in chunks(self.cfg.effective_formats, g.num_battles, g.seed, g.p1, g.p2, g.battles_per_chunk)]
         return Plan(items, generator_revision())
 

@@ -48,8 +48,8 @@ class SlpSource(Source):
         cfg = self.cfg
         if not cfg.input:  # the built-in default: synthetic games, no download
             g = cfg.generated
-            return Plan([work_item(f"synthetic-{i:06d}", None, estimate_bytes=SYNTHETIC_GAME_BYTES, synthetic=i,
-                                   seed=g.seed) for i in range(g.num_battles)], "synthetic")
+            return Plan([work_item(f"synthetic-{i:06d}", None, estimate_bytes=SYNTHETIC_GAME_BYTES, inputs=1,
+                                   synthetic=i, seed=g.seed) for i in range(g.num_battles)], "synthetic")
         root, revision = cfg.input, None
         if cfg.download:
             root = local_root(cfg.input, "--source slp")
