@@ -234,11 +234,18 @@ def payload(*, kind: str, model_config, train_config, step: int, data: DataIdent
 
 
 def state_file(uri: str | Path) -> str:
-    """A checkpoint folder or its ``state.pt`` → the ``state.pt`` (a local path or a URI)."""
+    """A checkpoint folder or its ``state.pt`` → the ``state.pt`` (a local path or a URI). A run folder (a trainer's
+    ``--out``) stands for its newest checkpoint (``training/loop.latest_checkpoint``)."""
     from shards_schema import storage
+    from training.loop import latest_checkpoint
 
     uri = str(uri)
-    return uri if uri.endswith(".pt") else storage.join(uri, "state.pt")
+    if uri.endswith(".pt"):
+        return uri
+    state = storage.join(uri, "state.pt")
+    if not storage.is_file(state) and (newest := latest_checkpoint(uri)) is not None:
+        return storage.join(newest, "state.pt")
+    return state
 
 
 def load_state(path, device="cpu") -> dict:

@@ -254,7 +254,23 @@ class EvalConfig:
         return cls(checkpoint=checkpoint, port=port, **{"battles": 2, "opponents": ["random"], **overrides})
 
 
-async def _play(cfg: EvalConfig, url: str) -> list[dict]:
+async def _show_progress(players: list, total: int, log, every_s: float = 5.0) -> None:
+    """A line every ``every_s`` seconds while the battles run: battles finished of the total, the policy's score so
+    far, an ETA (cancelled when they end)."""
+    import time
+
+    from pipelines.console import eta_s, progress_line
+
+    start = time.monotonic()
+    while True:
+        await asyncio.sleep(every_s)
+        done = sum(p.n_finished_battles for p in players)
+        score = sum(p.n_won_battles + 0.5 * p.n_tied_battles for p in players)
+        fields = {"won so far": f"{score / done:.0%}"} if done else {}
+        log(progress_line("evaluate", done, total, "battles", fields, eta_s(done, total, time.monotonic() - start)))
+
+
+async def _play(cfg: EvalConfig, url: str, log=print) -> list[dict]:
     from poke_env import AccountConfiguration, ServerConfiguration
     from poke_env.player import MaxBasePowerPlayer, RandomPlayer, SimpleHeuristicsPlayer
 
@@ -284,7 +300,11 @@ async def _play(cfg: EvalConfig, url: str) -> list[dict]:
                                          max_concurrent_battles=cfg.concurrency, team=team(k + 1))
             jobs.append((fmt, name, player, player.battle_against(opponent, n_battles=cfg.battles)))
             clients.extend([player, opponent])
-    await asyncio.gather(*(job for *_, job in jobs))
+    progress = asyncio.create_task(_show_progress([player for _, _, player, _ in jobs], cfg.battles * len(jobs), log))
+    try:
+        await asyncio.gather(*(job for *_, job in jobs))
+    finally:
+        progress.cancel()
     # log out before the server stops, so no websocket is cut mid-frame
     await asyncio.gather(*(client.ps_client.stop_listening() for client in clients), return_exceptions=True)
     for fmt, name, player, _ in jobs:
@@ -302,7 +322,7 @@ def run(cfg: EvalConfig, *, log=print) -> list[dict]:
     from training.showdown_server import showdown_server
 
     with showdown_server(cfg.port) as url:
-        rows = asyncio.run(_play(cfg, url))
+        rows = asyncio.run(_play(cfg, url, log))
     log(f"{'format':18s} {'opponent':12s} {'battles':>7s} {'win rate':>9s}  95% interval   fallbacks  forced")
     for r in rows:
         log(f"{r['format']:18s} {r['opponent']:12s} {r['battles']:7d} {r['win_rate']:9.1%}  "
@@ -315,8 +335,11 @@ def run(cfg: EvalConfig, *, log=print) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> None:
     from pipelines.cli import parse_config
+    from pipelines.console import filter_known_noise
 
-    run(parse_config(EvalConfig, argv))
+    cfg = parse_config(EvalConfig, argv)
+    filter_known_noise()
+    run(cfg)
 
 
 if __name__ == "__main__":

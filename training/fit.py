@@ -188,6 +188,10 @@ class Learner:
             self.optimizer.load_state_dict(state["optimizer"])
 
 
+PROGRESS_EVERY_S = 10.0
+"""Most seconds between a run's progress lines when ``--log-every`` steps take longer."""
+
+
 class Progress:
     """Throughput and ETA of a run from its first step in this process."""
 
@@ -255,6 +259,7 @@ def train_loop_per_worker(config: dict) -> None:
     import ray.train.torch
     import torch
 
+    from pipelines.console import Ticker
     from training.checkpoints import MODEL_KINDS, DataIdentity, config_from_dict, payload, set_rng_state
     from training.loop import MetricsWriter, start_worker
     from training.windows import window_batches
@@ -280,9 +285,10 @@ def train_loop_per_worker(config: dict) -> None:
     data = DataIdentity(**config["data"])
     shard = ray.train.get_dataset_shard("train")
     per_worker = cfg.batch_size // world
-    writer = MetricsWriter(Path(config["run_folder"]), dataclasses.asdict(cfg), cfg.wandb_mode, recipe.tag) \
-        if rank == 0 else None
+    writer = MetricsWriter(Path(config["run_folder"]), dataclasses.asdict(cfg), cfg.wandb_mode, recipe.tag,
+                           total_steps=cfg.steps) if rank == 0 else None
     progress = Progress(step, cfg.steps, recipe.sample_unit)
+    ticker = Ticker(PROGRESS_EVERY_S)
     # The stream starts at the driver's resume step; Ray Train restarting the run itself from a later checkpoint
     # (a FailureConfig) is the one case where a worker skips specs (never loading their windows).
     skip = step - config["first_step"]
@@ -301,6 +307,8 @@ def train_loop_per_worker(config: dict) -> None:
             metrics = {"step": step, **_scalars(parts), **progress.metrics(step)}
         if writer and metrics:
             writer.write(metrics)
+        elif writer and ticker.due():  # between --log-every rows: a progress line every few seconds, not stored
+            writer.echo({"step": step, **_scalars(parts), **progress.metrics(step)})
         evaluation = recipe.evaluate(learner.module, device, step) if writer else None
         if evaluation:
             writer.write({"step": step, **evaluation}, "eval")
@@ -362,6 +370,9 @@ def fit(cfg, recipe_class: type[Recipe], callbacks: tuple = (), name: str = ""):
     from training.windows import stream_dataset, window_stream
 
     ray.data.DataContext.get_current().execution_options.preserve_order = True
+    # the window stream's Ray Data bars would print a line per refresh in the worker's log; the run's own progress
+    # line says where it is
+    ray.data.DataContext.get_current().enable_progress_bars = False
     # workers run in Ray's session folder: a relative path would point there, not where the user meant
     cfg = dataclasses.replace(cfg, shards=storage.normalize(cfg.shards), out=storage.normalize(cfg.out))
     version = open_version(cfg.shards)
@@ -411,12 +422,15 @@ def main(config_class: type, recipe_class: type[Recipe], argv: list[str] | None 
     """The command line of a trainer: flags from ``config_class``, then ``fit``; prints the final checkpoint's
     folder (a URI on a store), the argument evaluation and play take."""
     from pipelines.cli import parse_config
+    from pipelines.console import filter_known_noise, metrics_line
     from shards_schema import storage
     from training.loop import checkpoint_uri
 
     cfg = parse_config(config_class, argv)
+    filter_known_noise()
     result = fit(cfg, recipe_class)
-    print(f"[{recipe_class.tag}] done: {result.metrics}")
+    if result.metrics:
+        print(metrics_line(recipe_class.tag, result.metrics, cfg.steps, done=True))
     if result.checkpoint:
         print(checkpoint_uri(result.checkpoint, storage.normalize(cfg.out)))
     return result

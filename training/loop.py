@@ -122,11 +122,13 @@ def local_run_folder(out: str) -> Path:
 
 class MetricsWriter:
     """CSV always (one file per table: ``metrics.csv``, ``eval.csv``, ...); Weights & Biases offline unless the user
-    is logged in (or as ``wandb_mode`` says)."""
+    is logged in (or as ``wandb_mode`` says), silent but for one line saying where the run is. Each row is also
+    printed: the ``metrics`` table as the run's progress line (``pipelines/console.metrics_line``, of
+    ``total_steps``), the others as ``name=value``."""
 
-    def __init__(self, out: Path, config: dict, wandb_mode: str, tag: str = "train"):
+    def __init__(self, out: Path, config: dict, wandb_mode: str, tag: str = "train", total_steps: int | None = None):
         out.mkdir(parents=True, exist_ok=True)
-        self.out, self.tag = out, tag
+        self.out, self.tag, self.total_steps = out, tag, total_steps
         self.files: dict[str, tuple] = {}
         self.run = None
         mode = wandb_mode
@@ -135,9 +137,16 @@ class MetricsWriter:
         if mode != "disabled":
             import wandb
 
-            self.run = wandb.init(project="replayforge", dir=str(out), mode=mode, config=config, resume="allow")
+            # silent: W&B's own dozen lines (banner, offline hints, the summary at finish) say less than the one here
+            self.run = wandb.init(project="replayforge", dir=str(out), mode=mode, config=config, resume="allow",
+                                  settings=wandb.Settings(silent=True, console="off"))
+            if mode == "offline":
+                folder = Path(self.run.dir).parent
+                print(f"[{tag}] W&B offline run in {folder}; upload it with: wandb sync {folder}")
+            else:
+                print(f"[{tag}] W&B run: {self.run.url}")
 
-    def write(self, metrics: dict, table: str = "metrics") -> None:
+    def write(self, metrics: dict, table: str = "metrics", echo: bool = True) -> None:
         if table not in self.files:
             handle = open(self.out / f"{table}.csv", "a", newline="")
             writer = csv.DictWriter(handle, fieldnames=list(metrics))
@@ -147,10 +156,20 @@ class MetricsWriter:
         handle, writer = self.files[table]
         writer.writerow(metrics)
         handle.flush()
-        print(f"[{self.tag}] " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                          for k, v in metrics.items()))
+        if echo:
+            self.echo(metrics, table)
         if self.run is not None:
             self.run.log(metrics, step=metrics["step"])
+
+    def echo(self, metrics: dict, table: str = "metrics") -> None:
+        """Print a row as ``write`` does, without storing it."""
+        from pipelines.console import metrics_line
+
+        if table == "metrics":
+            print(metrics_line(self.tag, metrics, self.total_steps))
+        else:
+            print(f"[{self.tag}] {table}: " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                                      for k, v in metrics.items()))
 
     def close(self) -> None:
         for handle, _ in self.files.values():
@@ -164,4 +183,7 @@ def init_local_ray() -> None:
     127.0.0.1; token auth on for both (pipelines/ray_start.py)."""
     from pipelines.ray_start import start_ray
 
+    # Ray Train replaces print in its workers by a logger call that also prints when the worker's stdout is wrapped,
+    # as Ray's workers' is: every line of a trainer came out twice. Ray Train hands this switch on to its workers.
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
     start_ray(num_cpus=2, log_to_driver=True)

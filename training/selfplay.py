@@ -293,7 +293,8 @@ def _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_up
     from training.loop import MetricsWriter
     from training.ppo import update
 
-    writer = MetricsWriter(Path(config["run_folder"]), dataclasses.asdict(cfg), cfg.wandb_mode, "selfplay")
+    writer = MetricsWriter(Path(config["run_folder"]), dataclasses.asdict(cfg), cfg.wandb_mode, "selfplay",
+                           total_steps=ppo.updates)
     league_cfg = env.league_config()
     bots = (*league_cfg.strong, *league_cfg.weak)
     data = DataIdentity(**config["data"])
@@ -379,10 +380,12 @@ def run_to_end(cfg: SelfPlayConfig) -> tuple[str, float]:
 
 def main(argv: list[str] | None = None) -> None:
     from pipelines.cli import parse_config
+    from pipelines.console import filter_known_noise
     from shards_schema import storage
     from training.loop import checkpoint_uri
 
     cfg = parse_config(SelfPlayConfig, argv)
+    filter_known_noise()
     result = run(cfg)
     print(f"[selfplay] done: {result.metrics}")
     if result.checkpoint:

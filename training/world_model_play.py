@@ -139,8 +139,11 @@ def run(cfg: PlayConfig, *, log=print):
 
 def main(argv: list[str] | None = None) -> None:
     from pipelines.cli import parse_config
+    from pipelines.console import filter_known_noise
 
-    run(parse_config(PlayConfig, argv))
+    cfg = parse_config(PlayConfig, argv)
+    filter_known_noise()
+    run(cfg)
 
 
 if __name__ == "__main__":

@@ -418,8 +418,11 @@ def _figure(rows: list[dict], fitted: dict, target: SweepTarget) -> bytes:
 
 def main(argv: list[str] | None = None) -> None:
     from pipelines.cli import parse_config
+    from pipelines.console import filter_known_noise
 
-    run(parse_config(SweepConfig, argv))
+    sweep = parse_config(SweepConfig, argv)
+    filter_known_noise()
+    run(sweep)
 
 
 if __name__ == "__main__":
