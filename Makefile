@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.replayforge-installed
 OUT ?= out
 
-.PHONY: setup setup-gpu demo test lint clean-out
+.PHONY: setup setup-gpu demo test lint clean-out notebook
 
 setup: $(STAMP) node_modules/pokemon-showdown/package.json
 
@@ -33,6 +33,18 @@ node_modules/pokemon-showdown/package.json: package.json package-lock.json
 
 demo: setup
 	$(PY) pipelines/parse_replays.py --source generated --out $(OUT)
+
+# The notebooks in a Jupyter server on 127.0.0.1 only, behind its token (open the printed URL; over SSH, forward the
+# port). They open REPLAYFORGE_VERSION, else the newest version under out/. As root (containers, RunPod pods, where
+# root is the only user) Jupyter refuses to start without --allow-root.
+NOTEBOOK_PORT ?= 8888
+notebook: $(VENV)/.notebook-installed
+	$(VENV)/bin/jupyter notebook --ip=127.0.0.1 --port=$(NOTEBOOK_PORT) --no-browser \
+		$(if $(filter 0,$(shell id -u)),--allow-root) notebooks/
+
+$(VENV)/.notebook-installed: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[notebook]"
+	touch $@
 
 test: setup
 	$(PY) -m ruff check .

@@ -127,3 +127,16 @@ def test_melee_shards_notebook(synthetic_melee, headless, monkeypatch, tmp_path)
         assert [len(line.get_xdata()) for line in ax.get_lines()[:3]] == [ns["SEED_FRAMES"], rollout_frames,
                                                                           rollout_frames]
     assert "untrained" in ns["model_name"]
+
+
+def test_make_notebook_serves_the_notebooks_on_loopback_only():
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    root = Path(__file__).resolve().parents[1]
+    dry = subprocess.run(["make", "-n", "notebook", "NOTEBOOK_PORT=18123"], cwd=root, capture_output=True,
+                         text=True, timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    assert "jupyter notebook --ip=127.0.0.1 --port=18123 --no-browser" in dry.stdout and "notebooks/" in dry.stdout
