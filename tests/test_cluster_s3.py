@@ -129,10 +129,10 @@ def _published(out: str, root: str):
 
 
 def _logged(out: str, column: str) -> dict[int, str]:
-    """``column`` by step from rank 0's metric lines (``[train] step=N loss=X ...``, 4 significant digits)."""
+    """``column`` by step from rank 0's progress lines (``[train] step N/M · loss X · ...``, 4 significant digits)."""
     found = {}
     for line in out.splitlines():
-        if (step := re.search(r"\[[\w-]+\] step=(\d+) ", line)) and (value := re.search(rf" {column}=(\S+)", line)):
+        if (step := re.search(r"\[[\w-]+\] step (\d+)/", line)) and (value := re.search(rf" · {column} (\S+)", line)):
             found[int(step.group(1))] = value.group(1)
     return found
 
