@@ -151,3 +151,19 @@ def test_shards_no_trainer_sweeps_are_refused_by_name(tiny_generated, monkeypatc
     monkeypatch.setattr(tune.scaling, "TARGETS", {"melee_frames": tune.scaling.TARGETS["melee_frames"]})
     with pytest.raises(ValueError, match=r"holds 'pokemon_turns' shards; a scaling sweep trains on \['melee_frames'\]"):
         tune.scaling.target_of(str(published.path))
+
+
+def test_the_axes_fit_each_trials_best_validation_not_its_last():
+    """A trial that overfits (its loss rising after step 1) counts with its best; the frontier keeps every point."""
+    from tune.scaling import TARGETS, fits
+
+    target = TARGETS["pokemon_turns"]
+    curves = {(10, 100): [2.0, 1.0, 3.0], (10, 1000): [2.0, 0.5, 0.4], (20, 100): [1.5, 0.8, 2.5],
+              (20, 1000): [1.5, 0.4, 0.3]}
+    rows = [{"d_model": n, "train_share": d / 1000, "parameters": n, "train_turns": d, "step": step,
+             "compute": float(n * step), "val_loss_actor": loss, "stopped_early": False}
+            for (n, d), losses in curves.items() for step, loss in enumerate(losses, start=1)]
+    fitted = fits(rows, target)
+    assert fitted["parameters"][1] == [(10, 0.4), (20, 0.3)]
+    assert fitted["train_turns"][1] == [(100, 0.8), (1000, 0.3)]  # the 100-turn trials' best, not their 3.0 and 2.5
+    assert fitted["train_turns"][0].exponent == pytest.approx(math.log10(0.8 / 0.3))
