@@ -139,18 +139,15 @@ class ParseInputs:
         self.shard_size_bytes = int(cfg.shard_size_mb * BYTES_PER_MIB)
 
     def __call__(self, groups: pa.Table) -> pa.Table:
-        import dataclasses
-
         from pipelines.writer import GroupWriter
 
         results = []
-        planned = groups.column("planned_bytes").to_pylist()
         for i, group in enumerate(groups.column("group").to_pylist()):
             inputs = stages.struct_table(groups.column("inputs")[i].values)
             writer = GroupWriter(self.version_uri, group, self.parser.schema, shard_size_bytes=self.shard_size_bytes,
                                  parquet_options=self.parser.parquet_options)
             writer.add_batch(self.parse_batch(inputs))
-            results.append(dataclasses.replace(writer.close(), planned_bytes=planned[i]).to_arrow())
+            results.append(writer.close().to_arrow())
         return pa.concat_tables(results)
 
     def parse_batch(self, batch: pa.Table) -> ParsedBatch:
@@ -225,10 +222,6 @@ class ParseInputs:
 
 
 # ---------------------------------------------------------------------------- read stage (the source's)
-GROUPS_PER_TASK = 4
-"""Groups a small plan's read task is cut into (a group is a progress step and, at most, one shard)."""
-MIN_GROUP_INPUT_BYTES = 64 << 10
-"""The smallest group a small plan is cut into: a plan of empty or tiny files still makes groups of many inputs."""
 MAX_GROUP_INPUT_BYTES = 512 << 20
 """A group's raw inputs travel as one Ray object and are held by its parse actor beside their rows: bounded, so a
 node's actors fit in memory. Melee inputs shrink ~16x (``SlpSource.shard_bytes_per_input_byte``): their shards come
@@ -237,37 +230,50 @@ _READ_ROW = pa.struct([("input_id", pa.string()), ("payload", pa.large_binary())
                        ("filter_reason", pa.string()), ("facts_json", pa.string())])
 
 
-def read_groups(tasks: pa.Table, *, source: stages.Source, group_bytes: float):
+def read_groups(tasks: pa.Table, *, source: stages.Source, group_bytes: float, progress=None):
     """A read task: reads its work items in order and yields their inputs in groups of consecutive inputs of about
     ``group_bytes`` input bytes (an input is never split; a group never spans tasks), one row per group named
     ``<task>-<group>``. Cut by the bytes read, the groups are the same on every run: shard boundaries follow.
 
-    Each group also says how much of the plan it completes (``planned_bytes``, what the driver's progress and ETA
-    count): the items finished since the last group, plus the bytes read of the item in progress up to its planned
-    size. A task's groups add up to its items' ``stages.planned_bytes`` exactly."""
+    Each item read is told to ``progress`` (a ``ReadProgress`` actor), for the driver's progress line: reads go on
+    while a group fills, so the line moves before the first group is parsed."""
     import json
 
     for task, items_json in zip(tasks.column("task").to_pylist(), tasks.column("items").to_pylist(), strict=True):
         rows, size, number = [], 0, 0
-        done, reported = 0.0, 0.0  # planned bytes of the task read so far; of them, told in groups already
         for item in json.loads(items_json):
-            planned, read = stages.planned_bytes(item, group_bytes), 0
+            count = 0
             for row in source.read(item):
                 rows.append(row)
-                read += len(row["payload"] or b"")
+                count += 1
                 size += len(row["payload"] or b"")
                 if size >= group_bytes:
-                    covered = done + min(read, planned)
-                    yield _group_row(f"{task:05d}-{number:03d}", rows, covered - reported)
-                    rows, size, number, reported = [], 0, number + 1, covered
-            done += planned
-        if rows or done > reported:
-            yield _group_row(f"{task:05d}-{number:03d}", rows, done - reported)
+                    yield _group_row(f"{task:05d}-{number:03d}", rows)
+                    rows, size, number = [], 0, number + 1
+            if progress is not None:
+                progress.add.remote(stages.planned_bytes(item, group_bytes), count)
+        if rows:
+            yield _group_row(f"{task:05d}-{number:03d}", rows)
 
 
-def _group_row(group: str, rows: list[dict], planned_bytes: float) -> pa.Table:
+class ReadProgress:
+    """What the read tasks have read so far (a Ray actor the driver polls): planned bytes of the items read and the
+    inputs they held. A retried read task counts its items again; the driver caps the share at 1."""
+
+    def __init__(self):
+        self.planned_bytes, self.inputs = 0.0, 0
+
+    def add(self, planned_bytes: float, inputs: int) -> None:
+        self.planned_bytes += planned_bytes
+        self.inputs += inputs
+
+    def snapshot(self) -> tuple[float, int]:
+        return self.planned_bytes, self.inputs
+
+
+def _group_row(group: str, rows: list[dict]) -> pa.Table:
     inputs = pa.array([rows], pa.list_(_READ_ROW))
-    return pa.table({"group": [group], "inputs": inputs, "planned_bytes": pa.array([planned_bytes], pa.float64())})
+    return pa.table({"group": [group], "inputs": inputs})
 
 
 def _storage_env() -> dict[str, str]:
@@ -308,19 +314,18 @@ def run(cfg: ParseConfig, *, log=print):
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True  # groups reach the driver in input order
     ctx.enable_progress_bars = False  # the job's own progress line instead: plain lines under ray job submit
-    # Ray Data holds a task's outputs until they fill a block of this size: at the default 128 MiB a small job's
-    # groups reached the driver all at once as their task ended, and its progress line stood still until then.
-    ctx.target_max_block_size = MIN_GROUP_INPUT_BYTES
+    # Ray Data holds a task's outputs until they fill a block of this size: at the default 128 MiB the groups of a
+    # read task reached the driver all at once as it ended, and the progress line stood still until then (a group
+    # row carries its inputs, so a group of any real size is a block of its own at 1 MiB)
+    ctx.target_max_block_size = 1 << 20
     source, parser = cfg.make_source(), cfg.parser
     plan = source.plan()
     spec = version_spec(cfg, plan)
-    shard_group = min(cfg.shard_size_mb * BYTES_PER_MIB / source.shard_bytes_per_input_byte, MAX_GROUP_INPUT_BYTES)
-    # A plan smaller than a group per actor is cut into one read task per actor, so every actor gets work (packed by
-    # group size alone, the demo's 200 battles were one read task, simulated on one core while the other idled),
-    # and into GROUPS_PER_TASK groups per task, so its progress line moves before the end.
-    planned = sum(stages.planned_bytes(item, shard_group) for item in plan.items)
-    group_bytes = min(shard_group, max(planned / (cfg.num_parse_actors * GROUPS_PER_TASK), MIN_GROUP_INPUT_BYTES))
-    tasks = stages.pack_tasks(plan.items, min(shard_group, max(planned / cfg.num_parse_actors, MIN_GROUP_INPUT_BYTES)))
+    # Groups (and so shards) are cut from the inputs and --shard-size-mb alone, never from the resources: the same
+    # inputs and config give the same files, whatever --num-parse-actors. A plan smaller than a group is one group,
+    # so a small job's progress line moves once, at its end.
+    group_bytes = min(cfg.shard_size_mb * BYTES_PER_MIB / source.shard_bytes_per_input_byte, MAX_GROUP_INPUT_BYTES)
+    tasks = stages.pack_tasks(plan.items, group_bytes)
     log(f"[parse] source={cfg.source} formats={cfg.effective_formats or 'all'} work items={len(plan.items)} "
         f"read tasks={len(tasks)} → {spec.uri}")
     need, have = (cfg.num_parse_actors + 0.5) * cfg.cpus_per_actor, ray.cluster_resources().get("CPU", 0)
@@ -336,8 +341,10 @@ def run(cfg: ParseConfig, *, log=print):
     # Ray Data from fusing the read into the parse actors, which would then parse every group of a read task (a whole
     # archive) on one actor instead of spreading its groups over all of them.
     reads = ray.data.TaskPoolStrategy(size=min(cfg.num_parse_actors, len(tasks))) if source.bounded_reads else None
+    reader = ray.remote(num_cpus=0)(ReadProgress).remote()
     ds = ds.map_batches(read_groups, batch_size=1, batch_format="pyarrow", num_cpus=cfg.cpus_per_actor / 2,
-                        fn_kwargs={"source": source, "group_bytes": group_bytes}, compute=reads, **runtime_env)
+                        fn_kwargs={"source": source, "group_bytes": group_bytes, "progress": reader}, compute=reads,
+                        **runtime_env)
     ds = ds.map_batches(ParseInputs, batch_format="pyarrow", batch_size=1,
                         compute=ray.data.ActorPoolStrategy(size=min(cfg.num_parse_actors, len(tasks))),
                         num_cpus=cfg.cpus_per_actor,
@@ -348,54 +355,75 @@ def run(cfg: ParseConfig, *, log=print):
                                  rewrite=lambda *args: ray.get(rewrite.remote(*args)))
     from pipelines.console import Ticker
 
-    start = time.monotonic()
-    progress = ParseProgress(plan, group_bytes, Ticker(cfg.progress_every_s, log))
+    progress = ParseProgress(plan, group_bytes, reader, publisher, Ticker(cfg.progress_every_s, log))
     try:
-        for block in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-            for result in GroupResult.from_arrow(block):
-                publisher.add_group(result)
-                progress.add(result.planned_bytes)
-            progress.show(publisher, time.monotonic() - start)
-        progress.show(publisher, time.monotonic() - start, final=True)  # (unless the last line said it all)
+        with progress:
+            for block in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+                for result in GroupResult.from_arrow(block):
+                    publisher.add_group(result)
         published = publisher.publish()
     except BaseException:
-        progress.ticker.end()
         publisher.abort()
         raise
     for name in published.removed:
         log(f"[parse] removed {name}: a file of a run that was killed or had other contents")
-    _summary(published, time.monotonic() - start, log)
+    _summary(published, time.monotonic() - progress.start, log)
     return published
 
 
 class ParseProgress:
-    """The job's progress line: inputs done (of the plan's total where every work item says how many it holds),
-    rows, rows/s, quarantined so far and an ETA from the share of the plan's bytes done (``read_groups``)."""
+    """The job's progress line, from a thread while the job runs and once at its end: inputs read of the plan's
+    total (where every work item says how many it holds; else the share of the plan's input bytes read), inputs
+    parsed and written, rows, rows/s, quarantined so far and an ETA from the share read (reading runs ahead of
+    parsing only as far as Ray Data's buffers let it)."""
 
-    def __init__(self, plan: stages.Plan, group_bytes: float, ticker):
+    def __init__(self, plan: stages.Plan, group_bytes: float, reader, publisher, ticker):
         self.total_inputs = plan.num_inputs()
         self.total_bytes = sum(stages.planned_bytes(item, group_bytes) for item in plan.items)
-        self.done_bytes, self.ticker, self.shown = 0.0, ticker, None
+        self.reader, self.publisher, self.ticker = reader, publisher, ticker
+        self.start = time.monotonic()
+        self.stop = None
 
-    def add(self, planned_bytes: float) -> None:
-        self.done_bytes += planned_bytes
+    def line(self) -> str:
+        import ray
 
-    def show(self, publisher, elapsed_s: float, final: bool = False) -> None:
-        if (final and self.shown == publisher.inputs) or not self.ticker.due(final):
-            return
-        self.shown = publisher.inputs
         from pipelines.console import eta_s, progress_line
 
-        inputs = publisher.inputs
+        read_bytes, read_inputs = ray.get(self.reader.snapshot.remote())
+        share = min(read_bytes / self.total_bytes, 1.0) if self.total_bytes else 1.0
+        elapsed_s = time.monotonic() - self.start
+        p = self.publisher
+        parsed = f"{p.inputs:,} parsed"
         if self.total_inputs:
-            eta = eta_s(inputs, self.total_inputs, elapsed_s)
-            fields = {}
+            read_inputs = min(read_inputs, self.total_inputs)
+            fields = {"": parsed}
         else:  # archives and row groups hold an unknown number of inputs until read: their bytes tell the share
-            eta = eta_s(self.done_bytes, self.total_bytes, elapsed_s)
-            fields = {"": f"{100.0 * self.done_bytes / max(self.total_bytes, 1.0):.0f}% of the input bytes"}
-        fields |= {"rows": f"{publisher.rows:,}", "rows/s": f"{publisher.rows / max(elapsed_s, 1e-9):,.0f}",
-                   "quarantined": f"{sum(publisher.quarantined.values()):,}"}
-        self.ticker.show(progress_line("parse", inputs, self.total_inputs, "inputs", fields, eta), final=final)
+            fields = {"": f"{100.0 * share:.0f}% of the input bytes", "parsed": f"{p.inputs:,}"}
+        fields |= {"rows": f"{p.rows:,}", "rows/s": f"{p.rows / max(elapsed_s, 1e-9):,.0f}",
+                   "quarantined": f"{sum(p.quarantined.values()):,}"}
+        return progress_line("parse", read_inputs, self.total_inputs, "inputs read", fields,
+                             eta_s(share, 1.0, elapsed_s))
+
+    def __enter__(self):
+        import threading
+
+        self.stop = threading.Event()
+
+        def every():
+            while not self.stop.wait(max(self.ticker.every_s, 0.2)):
+                self.ticker.show(self.line())
+
+        self.thread = threading.Thread(target=every, daemon=True, name="parse-progress")
+        self.thread.start()
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        self.stop.set()
+        self.thread.join()
+        if kind is None:
+            self.ticker.show(self.line(), final=True)
+        else:
+            self.ticker.end()
 
 
 NEXT_STEPS = {

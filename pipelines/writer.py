@@ -249,7 +249,6 @@ class GroupResult:
     records: list[InputRecord]
     placements: list[Placement | None]
     files: list[FileEntry]
-    planned_bytes: float = 0.0  # the share of the plan's bytes (stages.planned_bytes) this group completes
 
     def to_arrow(self) -> pa.Table:
         """One row (what a Ray Data batch function returns)."""
@@ -259,20 +258,18 @@ class GroupResult:
         nested = pa.ListArray.from_arrays(pa.array([0, len(self.records)], pa.int32()),
                                           records.to_struct_array().combine_chunks())
         files = pa.array([[f.__dict__ for f in self.files]], pa.list_(_FILE))
-        return pa.table({"group": [self.group], "records": nested, "files": files,
-                         "planned_bytes": pa.array([self.planned_bytes], pa.float64())})
+        return pa.table({"group": [self.group], "records": nested, "files": files})
 
     @classmethod
     def from_arrow(cls, block: pa.Table) -> list[GroupResult]:
         """The groups of a block of ``to_arrow`` rows (Ray Data may join several), in order."""
         out = []
         groups, files = block.column("group").to_pylist(), block.column("files").to_pylist()
-        planned = block.column("planned_bytes").to_pylist()
         records = block.column("records")
         for i, (group, group_files) in enumerate(zip(groups, files, strict=True)):
             table = struct_table(records[i].values)
             placements = [Placement(**p) if p else None for p in table.column("placement").to_pylist()]
-            out.append(cls(group, records_of(table), placements, [FileEntry(**f) for f in group_files], planned[i]))
+            out.append(cls(group, records_of(table), placements, [FileEntry(**f) for f in group_files]))
         return out
 
 

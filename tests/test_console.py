@@ -86,14 +86,14 @@ def test_the_demo_job_and_a_tiny_training_run_print_progress_next_steps_and_no_a
     if reason := simulator_missing():
         pytest.skip(reason)
     parse, parse_err = _run(["pipelines/parse_replays.py", "--tiny", "--source", "generated", "--out",
-                             str(tmp_path / "out"), "--progress-every-s", "0"], 300)
+                             str(tmp_path / "out"), "--progress-every-s", "1"], 300)
     train, train_err = _run(["training/offline_rl.py", "--tiny", "--shards", parse[-1], "--out", str(tmp_path / "run"),
                              "--wandb-mode", "offline", "--steps", "8"], 300)
     alarms = [line for line in parse + parse_err + train + train_err if ALARMING.search(line)]
     assert not alarms, "\n".join(alarms)
-    progress = [line for line in parse if re.search(r"\[parse\] \d+/12 inputs \(\d+%\) · .* rows/s · \d+ quarantined "
-                                                     r"· ETA ", line)]
-    assert progress and progress[-1].startswith("[parse] 12/12 inputs (100%)")
+    progress = [line for line in parse if re.search(r"\[parse\] \d+/12 inputs read \(\d+%\) · \d+ parsed · .* rows/s · "
+                                                     r"\d+ quarantined · ETA ", line)]
+    assert progress and progress[-1].startswith("[parse] 12/12 inputs read (100%) · 12 parsed")
     steps = parse[parse.index(next(line for line in parse if "published:" in line)) + 1:-1]
     assert [s.split(":")[0] for s in steps] == ["[parse] look at it", "[parse] train a policy", "[parse] battle it"]
     assert f"--shards {parse[-1]}" in steps[1] and "make notebook" in steps[0]

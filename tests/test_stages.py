@@ -153,22 +153,23 @@ def test_a_group_sliced_from_a_larger_block_keeps_only_its_inputs():
     def row(input_id):
         return stages.read_row(input_id, b"bytes")
 
-    block = pa.concat_tables([_group_row("a", [row("x1")], 5.0),
-                              _group_row("b", [row("y1"), row("y2")], 10.0)]).combine_chunks()
+    block = pa.concat_tables([_group_row("a", [row("x1")]), _group_row("b", [row("y1"), row("y2")])]).combine_chunks()
     for i, ids in enumerate([["x1"], ["y1", "y2"]]):
         inputs = stages.struct_table(block.slice(i, 1).column("inputs")[0].values)
         assert inputs.column("input_id").to_pylist() == ids
-    results = [GroupResult(g, [InputRecord(input_id=f"{g}{k}", source="s") for k in range(n)], [None] * n, [], 5.0 * n)
+    results = [GroupResult(g, [InputRecord(input_id=f"{g}{k}", source="s") for k in range(n)], [None] * n, [])
                for g, n in (("a", 1), ("b", 2))]
     joined = pa.concat_tables([r.to_arrow() for r in results]).combine_chunks()
     assert [GroupResult.from_arrow(joined.slice(i, 1))[0] for i in range(2)] == results
     assert GroupResult.from_arrow(joined) == results
 
 
-def test_groups_count_the_whole_plan_once_as_they_are_read():
-    """The driver's progress adds up the groups' planned bytes: each item counts its planned bytes once, partly while
-    it is read (capped at its plan) and the rest when it ends, and an item that reads nothing still counts."""
-    from pipelines.parse_replays import read_groups
+def test_read_tasks_tell_each_item_read_to_the_progress_counter():
+    """The driver's progress line reads a counter the read tasks add each item to: its planned bytes once, and the
+    inputs it held (none for an item that reads nothing); the groups are cut as without it."""
+    from types import SimpleNamespace
+
+    from pipelines.parse_replays import ReadProgress, read_groups
 
     class Listed(stages.Source):
         parser = "none"
@@ -179,14 +180,14 @@ def test_groups_count_the_whole_plan_once_as_they_are_read():
         def read(self, item):
             return [stages.read_row(f"{item['id']}/{k}", b"x" * item["size"]) for k in range(item["inputs"])]
 
-    items = [{"id": "a", "bytes": 100, "size": 40, "inputs": 3},  # reads 120 of 100 planned: capped
+    counter = ReadProgress()
+    progress = SimpleNamespace(add=SimpleNamespace(remote=counter.add))
+    items = [{"id": "a", "bytes": 100, "size": 40, "inputs": 3},
              {"id": "b", "bytes": None, "estimate_bytes": 50, "size": 10, "inputs": 2},
-             {"id": "c", "bytes": 30, "size": 1, "inputs": 0}]  # reads nothing
+             {"id": "c", "bytes": 30, "size": 1, "inputs": 0}]
     tasks = pa.table({"task": [0], "items": [json.dumps(items)]})
-    groups = list(read_groups(tasks, source=Listed.__new__(Listed), group_bytes=60))
-    planned = [g.column("planned_bytes")[0].as_py() for g in groups]
-    sizes = [len(g.column("inputs")[0].values) for g in groups]
-    # two rows of a (80 read of its 100); the rest of a and 20 read of b's 50; then, in a group with no inputs, the
-    # rest of b and c, which read nothing
-    assert sizes == [2, 3, 0] and planned == [80.0, 40.0, 60.0]
-    assert sum(planned) == sum(stages.planned_bytes(i, 60) for i in items)
+    groups = list(read_groups(tasks, source=Listed.__new__(Listed), group_bytes=60, progress=progress))
+    assert [len(g.column("inputs")[0].values) for g in groups] == [2, 3]
+    assert counter.snapshot() == (180.0, 5)
+    assert [len(g.column("inputs")[0].values) for g in read_groups(tasks, source=Listed.__new__(Listed),
+                                                                    group_bytes=60)] == [2, 3]
