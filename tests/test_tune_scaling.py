@@ -85,6 +85,8 @@ def test_a_tiny_sweep_writes_its_table_fit_and_figure(synthetic_frames, tmp_path
     logs: list[str] = []
     grid = run(sweep, log=logs.append)
     assert len(grid) == 4 and not grid.errors
+    ends = [line for line in logs if line.startswith("[sweep] trial ")]
+    assert len(ends) == 4 and ends[-1].startswith("[sweep] trial 4/4 done: d") and f"best {metric} " in ends[-1]
     with open(tmp_path / "sweep" / "scaling.csv") as fh:
         rows = list(csv.DictReader(fh))
     trials = {(int(r["d_model"]), float(r["train_share"])) for r in rows}

@@ -281,13 +281,41 @@ def run(sweep: SweepConfig, log=print):
             # down cleanly, instead of being stopped by the scheduler at its last report
             scheduler=ASHAScheduler(time_attr="step", max_t=sweep.steps + 1, grace_period=sweep.grace_steps,
                                     reduction_factor=sweep.reduction_factor)),
+        # verbose 1: Tune's trial-status lines without a results table per report; TrialsDone says each trial's end
         run_config=tune.RunConfig(name="sweep", storage_path=storage_args["storage_path"],
-                                  storage_filesystem=storage_args.get("storage_filesystem")),
+                                  storage_filesystem=storage_args.get("storage_filesystem"), verbose=1,
+                                  callbacks=[trials_done(len(sweep.sizes) * len(sweep.train_shares), target.metric,
+                                                         log)]),
     )
     grid = tuner.fit()
     rows = result_rows(sweep, target, grid)
     write_report(sweep, target, rows, log)
     return grid
+
+
+def trials_done(total: int, metric: str, log=print):
+    """A Tune callback printing each trial's end: ``[sweep] trial 3/9 done: d32-share0.1, best val_loss_actor 1.61 at
+    step 200 (stopped by ASHA at step 400)``."""
+    from ray import tune
+
+    class TrialsDone(tune.Callback):
+        def __init__(self):
+            self.done, self.best = 0, {}
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            if metric in result and (trial.trial_id not in self.best or result[metric] < self.best[trial.trial_id][0]):
+                self.best[trial.trial_id] = (result[metric], result.get("step"))
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            self.done += 1
+            name = f"d{trial.config['d_model']}-share{trial.config['train_share']:g}"
+            loss, step = self.best.get(trial.trial_id, (float("nan"), None))
+            last = (trial.last_result or {}).get("step")
+            ended = f" (stopped by ASHA at step {last})" if last is not None and last < trial.config["sweep"]["steps"] \
+                else ""
+            log(f"[sweep] trial {self.done}/{total} done: {name}, best {metric} {loss:.4g} at step {step}{ended}")
+
+    return TrialsDone()
 
 
 def result_rows(sweep: SweepConfig, target: SweepTarget, grid) -> list[dict]:
