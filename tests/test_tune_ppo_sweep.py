@@ -22,8 +22,8 @@ def test_the_sweep_config_checks_its_axes_and_windows():
         SweepConfig(shards="s", out="o", world_model="untrained", entropy_weights=[-0.1])
     with pytest.raises(ValueError, match="each value once"):
         SweepConfig(shards="s", out="o", world_model="untrained", lrs=[1e-3, 1e-3])
-    with pytest.raises(ValueError, match="shorter than a game"):  # 240 frames are 4 updates of 64 steps
-        SweepConfig(shards="s", out="o", world_model="untrained", window_updates=3)
+    with pytest.raises(ValueError, match="shorter than a game"):  # 128 frames are 2 updates of 64 steps
+        SweepConfig(shards="s", out="o", world_model="untrained", window_updates=1)
     with pytest.raises(ValueError, match="--grace-updates"):
         SweepConfig(shards="s", out="o", world_model="untrained", grace_updates=50)
     with pytest.raises(ValueError, match="not both 0"):

@@ -18,8 +18,8 @@ pooled over games. Why this one:
   each trial's own snapshots (a trial whose snapshots all play badly rates itself high against them), and the
   learner's games against its snapshots are zero-sum against itself, so their return is about 0 whatever it learned.
 - The return rather than the win rate: damage counts in every game, so games level on stocks still tell trials apart,
-  and with about ten scripted games per window a continuous measure ranks trials on fewer games than a rate of wins,
-  losses and draws. The win rate over the same games is in the table beside it.
+  and with the 7-24 scripted games a window held in the README's sweep a continuous measure ranks trials on fewer
+  games than a rate of wins, losses and draws. The win rate over the same games is in the table beside it.
 - Over a window of updates: a game spans ``max_frames / rollout_steps`` updates, so a single update finishes a burst of
   games or none; a window at least that long (checked) holds at least one finished game of every game slot.
 
@@ -98,15 +98,15 @@ class SweepConfig:
     world_model_preset: str = "tiny"
     lrs: list[float] = field(default_factory=lambda: [1e-4, 3e-4, 1e-3])
     entropy_weights: list[float] = field(default_factory=lambda: [0.003, 0.03])
-    updates: int = 40
-    window_updates: int = 4
+    updates: int = 36
+    window_updates: int = 6
     grace_updates: int = 12
     reduction_factor: int = 2
     num_runners: int = 2
     envs_per_runner: int = 4
     rollout_steps: int = 64
     seed_frames: int = 60
-    max_frames: int = 240
+    max_frames: int = 128
     d_lstm: int = 128
     opponent_window: int = 8
     snapshot_every: int = 5
