@@ -64,3 +64,15 @@ def test_the_fine_tune_settings_reach_ppo_and_need_a_starting_policy(tmp_path):
         SelfPlayConfig(out=str(tmp_path), env="pokemon", reference_kl=0.05)  # from scratch: nothing to stay near
     with pytest.raises(ValueError, match="--reference-kl needs"):
         SelfPlayConfig(out=str(tmp_path), shards="s", reference_kl=0.05)
+
+
+def test_lr_and_entropy_weight_override_the_preset_only_where_set(tmp_path):
+    from training.ppo import PPOConfig
+
+    preset = PPOConfig.full()
+    default = SelfPlayConfig(out=str(tmp_path), shards="s").ppo(num_envs=8)
+    assert (default.lr, default.entropy_weight) == (preset.lr, preset.entropy_weight)
+    swept = SelfPlayConfig(out=str(tmp_path), shards="s", lr=1e-3, entropy_weight=0.0).ppo(num_envs=8)
+    assert (swept.lr, swept.entropy_weight) == (1e-3, 0.0)  # 0 is a weight, not "the preset's"
+    with pytest.raises(ValueError, match="--entropy-weight"):
+        SelfPlayConfig(out=str(tmp_path), shards="s", entropy_weight=-0.01)

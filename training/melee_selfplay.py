@@ -412,10 +412,10 @@ class MeleeSelfPlay:
     def runners(self, policy_cfg, first_update: int, draw, weights_of) -> list:
         import ray
 
-        from training.selfplay import load_world_model
+        from training.selfplay import ACTOR_SCHEDULING, load_world_model
 
         world_model = load_world_model(self.cfg)
-        cls = ray.remote(num_cpus=self.cfg.cpus_per_runner)(MeleeRunner)
+        cls = ray.remote(num_cpus=self.cfg.cpus_per_runner, scheduling_strategy=ACTOR_SCHEDULING)(MeleeRunner)
         return [cls.remote(world_model, self.cfg.shards, policy_cfg, num_envs=self.cfg.envs_per_runner,
                            seed=self.cfg.seed * 1000 + first_update * 10 + i, seed_frames=self.cfg.seed_frames,
                            max_frames=self.cfg.max_frames, reward_per_percent=self.cfg.reward_per_percent,

@@ -287,7 +287,9 @@ class PokemonSelfPlay:
     def runners(self, policy_cfg, first_update: int, draw, weights_of) -> list:
         import ray
 
-        cls = ray.remote(num_cpus=self.cfg.cpus_per_runner)(PokemonRunner)
+        from training.selfplay import ACTOR_SCHEDULING
+
+        cls = ray.remote(num_cpus=self.cfg.cpus_per_runner, scheduling_strategy=ACTOR_SCHEDULING)(PokemonRunner)
         return [cls.remote(self.bc, self.context, policy_cfg, battle_format=self.cfg.battle_format,
                            seed=self.cfg.seed * 1000 + first_update * 10 + i, draw_opponent=draw,
                            snapshot_weights=weights_of) for i in range(self.cfg.num_runners)]

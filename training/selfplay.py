@@ -12,7 +12,10 @@ against opponents it draws from the league and returns the learner's side only, 
 ``snapshot_every`` updates adds a snapshot of itself to the opponent pool. Checkpoints are the shared
 self-describing ones (``training/checkpoints.py``), with the league in them: a resumed run continues with the same
 opponent pool and ratings. Metrics per reward term and behaviour (win rate against each opponent kind, knockouts)
-go to ``OUT/metrics.csv`` and W&B, with a line per update.
+go to ``OUT/metrics.csv`` and W&B, with a line per update; the same line is reported to Ray Train every update (with
+the checkpoint every ``checkpoint_every``), so a sweep's scheduler (``tune/ppo_sweep.py``) sees each one. Ray Train
+collects a worker's report once per health check (2 s by default) and holds one at a time: updates shorter than that
+wait for it.
 
 Environments (``ENVIRONMENTS``): ``melee``, the world model (``training/melee_selfplay.py``), and ``pokemon``,
 real battles on each runner's own local Showdown server on top of an offline-RL checkpoint
@@ -35,6 +38,11 @@ if str(REPO_ROOT) not in sys.path:
 ENVIRONMENTS = {"melee": "training.melee_selfplay.MeleeSelfPlay",
                 "pokemon": "training.pokemon_selfplay.PokemonSelfPlay"}
 """Each environment's side of a run: policy shape, league, runners, how their results make a rollout."""
+ACTOR_SCHEDULING = "DEFAULT"
+"""Where the learner's runner and league actors go: on the cluster, never into the learner's own placement group.
+Inside a Tune trial (``tune/ppo_sweep.py``) the learner inherits the trial's capture of child tasks, and a runner
+asking 1 CPU was put into the learner's bundle of 0.5 and refused ("cannot fit into any bundles for the placement
+group")."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +64,8 @@ class SelfPlayConfig:
         world_model_preset: preset of an untrained world model.
         preset: PPO hyperparameters: ``full`` or ``test`` (the same set, a few updates and frequent checkpoints).
         updates: PPO updates (0: the preset's).
+        lr: learning rate at update 0, annealed as the preset anneals it (0: the preset's; a sweep's axis).
+        entropy_weight: weight of the entropy bonus (None: the preset's; 0 turns the bonus off; a sweep's axis).
         num_runners: environment runner actors.
         envs_per_runner: games each runner plays at once.
         rollout_steps: melee: steps per game between updates (0: the preset's); pokemon: whole battles are played, so
@@ -94,6 +104,8 @@ class SelfPlayConfig:
     world_model_preset: str = "tiny"
     preset: str = "full"
     updates: int = 0
+    lr: float = 0.0
+    entropy_weight: float | None = None
     num_runners: int = 2
     envs_per_runner: int = 4
     rollout_steps: int = 0
@@ -128,6 +140,8 @@ class SelfPlayConfig:
         shares = (self.snapshot_share, self.strong_share, self.weak_share)
         if min(shares) < 0 or abs(sum(shares) - 1.0) > 1e-9:
             raise ValueError(f"--snapshot-share, --strong-share and --weak-share {shares} must be >= 0 and sum to 1")
+        if self.lr < 0 or (self.entropy_weight is not None and self.entropy_weight < 0):
+            raise ValueError("--lr and --entropy-weight must be >= 0 (--lr 0: the preset's)")
         if self.reference_kl and not (self.env == "pokemon" and self.policy_init):
             raise ValueError("--reference-kl needs a policy to stay near: --env pokemon with --policy-init")
 
@@ -155,7 +169,8 @@ class SelfPlayConfig:
 
     def ppo(self, num_envs: int):
         """The PPO hyperparameters: the preset's, with this run's environment count (``num_envs`` columns per
-        rollout) and lengths; never more minibatches than a rollout has sequences."""
+        rollout) and lengths; never more minibatches than a rollout has sequences; ``lr`` and ``entropy_weight``
+        where this run sets them."""
         from training.ppo import PPOConfig
 
         base = PPOConfig.test() if self.preset == "test" else PPOConfig.full()
@@ -163,7 +178,9 @@ class SelfPlayConfig:
         seq_len = min(base.seq_len, steps)
         return dataclasses.replace(base, num_envs=num_envs, rollout_steps=steps, seq_len=seq_len,
                                    num_minibatches=min(base.num_minibatches, num_envs * (steps // seq_len)),
-                                   updates=self.updates or base.updates, seed=self.seed,
+                                   updates=self.updates or base.updates, seed=self.seed, lr=self.lr or base.lr,
+                                   entropy_weight=base.entropy_weight if self.entropy_weight is None
+                                   else self.entropy_weight,
                                    reference_kl=self.reference_kl, critic_warmup=self.critic_warmup)
 
 
@@ -214,9 +231,10 @@ def load_world_model(cfg: SelfPlayConfig):
 
 
 def episode_metrics(episodes: list, terms: tuple[str, ...], knockout_term: str, bots: tuple[str, ...] = ()) -> dict:
-    """Per reward term and behaviour over the games that finished this update: win rate against each opponent kind
-    and against each scripted bot of ``bots``, damage dealt and taken, knockouts, game length. Every key is always
-    there (NaN without games), so the CSV keeps one set of columns."""
+    """Per reward term and behaviour over the games that finished this update: games, win rate and mean return
+    against each opponent kind and win rate against each scripted bot of ``bots``, damage dealt and taken,
+    knockouts, game length. Every key is always there (NaN without games), so the CSV keeps one set of columns; with
+    the games per kind, rates over several updates can be weighted by games (``tune/ppo_sweep.py``)."""
     from training.league import OPPONENT_KINDS
 
     def mean(values: list[float]) -> float:
@@ -229,7 +247,10 @@ def episode_metrics(episodes: list, terms: tuple[str, ...], knockout_term: str, 
     out["episode_frames"] = mean([e.frames for e in episodes])
     out["knockouts"] = mean([e.terms[knockout_term] for e in episodes])
     for kind in OPPONENT_KINDS:
-        out[f"win_rate_{kind}"] = mean([e.score for e in episodes if e.opponent.kind == kind])
+        games = [e for e in episodes if e.opponent.kind == kind]
+        out[f"games_{kind}"] = len(games)
+        out[f"win_rate_{kind}"] = mean([e.score for e in games])
+        out[f"return_{kind}"] = mean([e.reward for e in games])
     for bot in bots:
         out[f"win_rate_vs_{bot}"] = mean([e.score for e in episodes
                                           if e.opponent.kind != "snapshot" and e.opponent.name == bot])
@@ -266,7 +287,8 @@ def train_loop_per_worker(config: dict) -> None:
     if reference is not None:
         reference = reference.to(device)
     generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + first_update)
-    league = ray.remote(num_cpus=0)(LeagueActor).remote(env.league_config(), league_state, cfg.seed + first_update)
+    league = ray.remote(num_cpus=0, scheduling_strategy=ACTOR_SCHEDULING)(LeagueActor).remote(
+        env.league_config(), league_state, cfg.seed + first_update)
 
     def draw():
         return ray.get(league.draw.remote())
@@ -287,6 +309,7 @@ def _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_up
     """The updates: weights out to the runners, their rollouts in, one PPO update, the league told, metrics and
     checkpoints written."""
     import ray
+    import ray.train
 
     from training.checkpoints import DataIdentity, payload
     from training.fit import report_checkpoint
@@ -324,11 +347,15 @@ def _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_up
             report_checkpoint(payload(kind=env.kind, model_config=policy_cfg, train_config=cfg, step=done,
                                       data=data, model=learner.model, optimizer=learner.optimizer, extra=state),
                               line, rank, world)
+        else:  # every update reaches Ray Train's callbacks: a sweep's scheduler compares trials update by update
+            ray.train.report(line)
     writer.close()
 
 
-def run(cfg: SelfPlayConfig):
-    """Self-play on Ray Train; Ray Train's ``Result``."""
+def run(cfg: SelfPlayConfig, callbacks: tuple = (), name: str = ""):
+    """Self-play on Ray Train; Ray Train's ``Result``. ``callbacks``: Ray Train callbacks, which see every update's
+    metrics line (a sweep's ``TuneReportCallback``); ``name``: the run's name (default: ``selfplay-`` and the
+    time)."""
     from shards_schema import storage
     from training.loop import init_local_ray, latest_checkpoint, local_run_folder, run_storage
 
@@ -359,7 +386,8 @@ def run(cfg: SelfPlayConfig):
                            "data": dataclasses.asdict(identity), "run_folder": str(local_run_folder(cfg.out))},
         scaling_config=ray.train.ScalingConfig(num_workers=1, use_gpu=cfg.use_gpu,
                                                resources_per_worker={"CPU": cfg.cpus_per_worker}),
-        run_config=ray.train.RunConfig(name=f"selfplay-{time.strftime('%Y%m%d-%H%M%S')}", **run_storage(cfg.out),
+        run_config=ray.train.RunConfig(name=name or f"selfplay-{time.strftime('%Y%m%d-%H%M%S')}",
+                                       **run_storage(cfg.out), callbacks=list(callbacks),
                                        checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2)),
     )
     return trainer.fit()
