@@ -11,8 +11,9 @@ import math
 import numpy as np
 import pytest
 
-from tune.scaling import SweepConfig, trial_resources
+from tune.scaling import SweepConfig
 from tune.scaling_fit import fit_power_law, fit_power_law_reference, frontier, t_975
+from tune.sweeps import trial_resources
 
 
 def test_an_exact_power_law_is_recovered_with_a_zero_width_interval():

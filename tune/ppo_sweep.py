@@ -47,7 +47,6 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from tune import sweeps  # noqa: E402
-from tune.scaling import trial_resources  # noqa: E402
 
 METRIC = "scripted_return"
 """What the scheduler reads (higher is better): the mean return against the scripted opponents over the window."""
@@ -168,10 +167,10 @@ class SweepConfig:
 
 def selfplay_resources(cluster: dict, asked_concurrent: int, num_runners: int) -> tuple[dict, int]:
     """(SelfPlayConfig resource fields of each trial, trials at once) from ``ray.cluster_resources()``: the learner
-    as ``tune/scaling.trial_resources`` sizes a trial's worker; the runners share the rest of the trial's CPUs, at
+    as ``tune/sweeps.trial_resources`` sizes a trial's worker; the runners share the rest of the trial's CPUs, at
     most 1 each (a runner steps its games in one thread), rounded down so that a trial never asks for more than its
     share (on 2 CPUs a learner of 0.5 and runners of 0.75 would leave the trial's own 0.01 unplaceable)."""
-    base = trial_resources(cluster, asked_concurrent)
+    base = sweeps.trial_resources(cluster, asked_concurrent)
     share = float(cluster.get("CPU", 1)) / base.max_concurrent
     spare = share - base.cpus_per_worker - 0.01  # 0.01: the Tune trial's own
     runner = max(0.01, min(1.0, math.floor(spare / num_runners * 100) / 100))
@@ -264,7 +263,9 @@ def run(sweep: SweepConfig, log=print):
         tune_config=tune.TuneConfig(metric=METRIC, mode="max", max_concurrent_trials=concurrent,
                                     scheduler=sweeps.asha(sweep.updates, sweep.grace_updates,
                                                           sweep.reduction_factor)),
-        run_config=sweeps.run_config(sweep.out),
+        run_config=sweeps.run_config(sweep.out, callbacks=(sweeps.trials_done(
+            len(sweep.lrs) * len(sweep.entropy_weights), METRIC, "max",
+            lambda config: trial_name(config["lr"], config["entropy_weight"]), sweep.updates, log=log),)),
     )
     grid = tuner.fit()
     write_report(sweep, result_rows(sweep, grid), log)
@@ -363,8 +364,11 @@ def _figure(sweep: SweepConfig, rows: list[dict], last: list[dict]) -> bytes:
 
 def main(argv: list[str] | None = None) -> None:
     from pipelines.cli import parse_config
+    from pipelines.console import filter_known_noise
 
-    run(parse_config(SweepConfig, argv))
+    sweep = parse_config(SweepConfig, argv)
+    filter_known_noise()
+    run(sweep)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ Compute is ``6 · parameters · steps seen`` (forward and backward of a dense mo
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,37 +193,6 @@ def target_of(shards: str) -> SweepTarget:
     return TARGETS[dataset]
 
 
-@dataclass(frozen=True)
-class TrialResources:
-    """What each trial asks of the cluster.
-
-    Attributes:
-        use_gpu: the trial's Ray Train worker takes a GPU.
-        cpus_per_worker: CPUs the worker reserves (fractional on small machines: whole CPUs would leave trials
-            waiting for one another's).
-        torch_threads: intra-op threads of the worker.
-        max_concurrent: trials at once.
-    """
-
-    use_gpu: bool
-    cpus_per_worker: float
-    torch_threads: int
-    max_concurrent: int
-
-
-def trial_resources(cluster: dict, asked_concurrent: int = 0) -> TrialResources:
-    """Trial resources from ``ray.cluster_resources()``: with GPUs, one GPU per trial and as many trials as GPUs
-    (or ``asked_concurrent``, at most that); CPU-only, one trial per 2 CPUs (at least 1), each worker reserving a
-    quarter of its trial's share, the rest left to the trial's data reading."""
-    gpus, cpus = int(cluster.get("GPU", 0)), float(cluster.get("CPU", 1))
-    if gpus:
-        concurrent = min(asked_concurrent or gpus, gpus)
-        return TrialResources(True, max(1.0, min(4.0, cpus / concurrent / 2)), 0, concurrent)
-    concurrent = asked_concurrent or max(1, int(cpus // 2))
-    share = cpus / concurrent
-    return TrialResources(False, round(max(0.25, share / 4), 2), 1, concurrent)
-
-
 def trial(config: dict) -> None:
     """One Tune trial: a run of the sweep's trainer of the trial's width and share, its validations forwarded to
     Tune."""
@@ -234,7 +202,7 @@ def trial(config: dict) -> None:
     from training.fit import fit
 
     sweep, target = SweepConfig(**config["sweep"]), TARGETS[config["dataset"]]
-    name = f"d{config['d_model']}-share{config['train_share']:g}"
+    name = trial_name(config)
     cfg = target.config(sweep, config["d_model"], config["train_share"], storage.join(sweep.out, "trials", name))
     cfg = dataclasses.replace(cfg, use_gpu=config["use_gpu"], cpus_per_worker=config["cpus_per_worker"],
                               torch_threads=config["torch_threads"])
@@ -246,46 +214,32 @@ def trial(config: dict) -> None:
 def run(sweep: SweepConfig, log=print):
     """The sweep, then its table, fit and figure; Tune's ``ResultGrid``."""
     from shards_schema import storage
-    from training.loop import init_local_ray, run_storage
+    from training.loop import init_local_ray
+    from tune import sweeps
 
     sweep = dataclasses.replace(sweep, shards=storage.normalize(sweep.shards), out=storage.normalize(sweep.out))
-    # Ray Train takes a run folder that exists as a run to continue: a second sweep into the same --out would find
-    # every trial finished and train nothing, so a sweep's folder is never reused
-    for used in ("tune", "trials"):
-        if storage.exists(storage.join(sweep.out, used)):
-            raise FileExistsError(f"{storage.join(sweep.out, used)} exists: a sweep's results are never overwritten; "
-                                  "give a new --out")
-    # A trial ASHA stops is blocked inside its Ray Train run and never returns to Tune, which kills it (and with it
-    # the run's actors, which it owns) only after TUNE_FORCE_TRIAL_CLEANUP_S, 600 s by default: a tiny sweep sat at
-    # its first stopped trial for the 7 minutes it was watched.
-    os.environ.setdefault("TUNE_FORCE_TRIAL_CLEANUP_S", "15")
+    sweeps.refuse_used_out(sweep.out)
+    sweeps.limit_forced_cleanup()
     target = target_of(sweep.shards)
     init_local_ray()
     import ray
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
-    resources = trial_resources(ray.cluster_resources(), sweep.max_concurrent)
+
+    resources = sweeps.trial_resources(ray.cluster_resources(), sweep.max_concurrent)
     log(f"[sweep] {target.recipe().kind}: {len(sweep.sizes)} widths × {len(sweep.train_shares)} shares, up to "
         f"{sweep.steps} steps, {target.metric}; {resources}")
     space = {"sweep": dataclasses.asdict(sweep), "dataset": target.dataset, "d_model": tune.grid_search(sweep.sizes),
              "train_share": tune.grid_search(sweep.train_shares), **{
                  k: getattr(resources, k) for k in ("use_gpu", "cpus_per_worker", "torch_threads")}}
-    storage_args = run_storage(storage.join(sweep.out, "tune"))
+    done = sweeps.trials_done(len(sweep.sizes) * len(sweep.train_shares), target.metric, "min", trial_name,
+                              sweep.steps, log=log)
     tuner = tune.Tuner(
         # the trial itself only waits on its Ray Train run, whose worker reserves the CPUs/GPU
         tune.with_resources(trial, {"CPU": 0.01}),
         param_space=space,
-        tune_config=tune.TuneConfig(
-            metric=target.metric, mode="min", max_concurrent_trials=resources.max_concurrent,
-            # max_t past the last step: a trial that reaches --steps ends on its own, and its Ray Train run shuts
-            # down cleanly, instead of being stopped by the scheduler at its last report
-            scheduler=ASHAScheduler(time_attr="step", max_t=sweep.steps + 1, grace_period=sweep.grace_steps,
-                                    reduction_factor=sweep.reduction_factor)),
-        # verbose 1: Tune's trial-status lines without a results table per report; TrialsDone says each trial's end
-        run_config=tune.RunConfig(name="sweep", storage_path=storage_args["storage_path"],
-                                  storage_filesystem=storage_args.get("storage_filesystem"), verbose=1,
-                                  callbacks=[trials_done(len(sweep.sizes) * len(sweep.train_shares), target.metric,
-                                                         log)]),
+        tune_config=tune.TuneConfig(metric=target.metric, mode="min", max_concurrent_trials=resources.max_concurrent,
+                                    scheduler=sweeps.asha(sweep.steps, sweep.grace_steps, sweep.reduction_factor)),
+        run_config=sweeps.run_config(sweep.out, callbacks=(done,)),
     )
     grid = tuner.fit()
     rows = result_rows(sweep, target, grid)
@@ -293,52 +247,32 @@ def run(sweep: SweepConfig, log=print):
     return grid
 
 
-def trials_done(total: int, metric: str, log=print):
-    """A Tune callback printing each trial's end: ``[sweep] trial 3/9 done: d32-share0.1, best val_loss_actor 1.61 at
-    step 200 (stopped by ASHA at step 400)``."""
-    from ray import tune
-
-    class TrialsDone(tune.Callback):
-        def __init__(self):
-            self.done, self.best = 0, {}
-
-        def on_trial_result(self, iteration, trials, trial, result, **info):
-            if metric in result and (trial.trial_id not in self.best or result[metric] < self.best[trial.trial_id][0]):
-                self.best[trial.trial_id] = (result[metric], result.get("step"))
-
-        def on_trial_complete(self, iteration, trials, trial, **info):
-            self.done += 1
-            name = f"d{trial.config['d_model']}-share{trial.config['train_share']:g}"
-            loss, step = self.best.get(trial.trial_id, (float("nan"), None))
-            last = (trial.last_result or {}).get("step")
-            ended = f" (stopped by ASHA at step {last})" if last is not None and last < trial.config["sweep"]["steps"] \
-                else ""
-            log(f"[sweep] trial {self.done}/{total} done: {name}, best {metric} {loss:.4g} at step {step}{ended}")
-
-    return TrialsDone()
+def trial_name(config: dict) -> str:
+    """A trial's name: its run folder under ``OUT/trials`` and its name in the log."""
+    return f"d{config['d_model']}-share{config['train_share']:g}"
 
 
 def result_rows(sweep: SweepConfig, target: SweepTarget, grid) -> list[dict]:
     """Every validation report of every trial with its width, share, parameters, training data size (turns or
     frames), data seen and compute."""
     from shards_schema.reader import open_version
+    from tune import sweeps
 
     version = open_version(sweep.shards, check_sha256=False)
     parameters = {d: target.parameters(sweep, version, d) for d in sweep.sizes}
     units = {s: target.training_units(sweep, version, s) for s in sweep.train_shares}
     per_step = sweep.batch_size * (sweep.context + target.overlap)
     rows = []
-    for result in grid:
-        config, history = result.config, result.metrics_dataframe
-        if history is None or target.metric not in history:
-            continue
-        for record in history[["step", target.metric]].dropna().to_dict("records"):
-            step = int(record["step"])
+    for config, reports in sweeps.reports(grid, ("step", target.metric)):
+        for report in reports:
+            if target.metric not in report or report[target.metric] != report[target.metric]:
+                continue  # a report without a validation
+            step = int(report["step"])
             n, seen = parameters[config["d_model"]], step * per_step
             rows.append({"d_model": config["d_model"], "train_share": config["train_share"], "parameters": n,
                          f"train_{target.unit}": units[config["train_share"]], "step": step,
                          f"{target.unit}_seen": seen, "compute": 6.0 * n * seen,
-                         target.metric: float(record[target.metric])})
+                         target.metric: float(report[target.metric])})
     last: dict = {}
     for r in rows:
         key = (r["d_model"], r["train_share"])
@@ -376,19 +310,13 @@ def fits(rows: list[dict], target: SweepTarget) -> dict:
 
 def write_report(sweep: SweepConfig, target: SweepTarget, rows: list[dict], log=print) -> dict:
     """``scaling.csv``, ``scaling.md`` and ``scaling.png`` in the sweep's folder; the fits."""
-    import csv
-    import io
-
     from shards_schema import storage
+    from tune import sweeps
 
     if not rows:
         raise RuntimeError(f"no trial reported {target.metric}: see the trials' logs under "
                            f"{storage.join(sweep.out, 'tune')}")
-    text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-    storage.write_bytes(storage.join(sweep.out, "scaling.csv"), text.getvalue().encode())
+    sweeps.write_csv(storage.join(sweep.out, "scaling.csv"), rows)
     fitted = fits(rows, target)
     lines = [f"{target.metric} against:", "",
              "| loss against | exponent | 95% interval | points | R² (log-log) |", "|---|---|---|---|---|"]
@@ -396,7 +324,7 @@ def write_report(sweep: SweepConfig, target: SweepTarget, rows: list[dict], log=
         lines.append(f"| {axis} | {law.exponent:.3f} | [{law.exponent_low:.3f}, {law.exponent_high:.3f}] | "
                      f"{law.points} | {law.r2:.3f} |")
     table = "\n".join(lines) + "\n"
-    storage.write_bytes(storage.join(sweep.out, "scaling.md"), table.encode())
+    sweeps.write_text(storage.join(sweep.out, "scaling.md"), table)
     storage.write_bytes(storage.join(sweep.out, "scaling.png"), _figure(rows, fitted, target))
     log(table)
     log(f"[sweep] {len(rows)} validations → {storage.join(sweep.out, 'scaling.png')}")
@@ -404,14 +332,12 @@ def write_report(sweep: SweepConfig, target: SweepTarget, rows: list[dict], log=
 
 
 def _figure(rows: list[dict], fitted: dict, target: SweepTarget) -> bytes:
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display on a cluster node or in CI
-    import matplotlib.pyplot as plt
     import numpy as np
     from matplotlib import ticker
+
+    from tune import sweeps
+
+    plt = sweeps.pyplot()
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 4), dpi=110)
     curves: dict = {}
@@ -443,10 +369,7 @@ def _figure(rows: list[dict], fitted: dict, target: SweepTarget) -> bytes:
         if ax.get_legend_handles_labels()[0]:  # an axis with one point per trial has no fit and nothing to label
             ax.legend(fontsize=6)
     fig.tight_layout()
-    data = io.BytesIO()
-    fig.savefig(data, format="png")
-    plt.close(fig)
-    return data.getvalue()
+    return sweeps.png_bytes(fig)
 
 
 def main(argv: list[str] | None = None) -> None:

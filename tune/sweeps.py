@@ -1,15 +1,18 @@
 """What the sweep drivers under ``tune/`` share: a sweep folder is never reused, stopped trials are cleaned up
 promptly, ASHA over a trial's own step count, Tune's results on the sweep's store (a local path or a URI), each
-trial's reports read back, and the table and figure files written next to them.
+trial's reports read back, and the table and figure files written next to them; the trial resources the cluster
+gives, and a line as each trial ends.
 
-A driver (``tune/ppo_sweep.py``) calls, in order: ``refuse_used_out``, ``limit_forced_cleanup`` (both before Ray
-starts), then builds its ``tune.Tuner`` with ``asha`` and ``run_config``, and after ``fit`` reads ``reports`` and
-writes ``write_csv`` / ``write_text`` / ``png_bytes`` files with ``shards_schema.storage``.
+A driver (``tune/scaling.py``, ``tune/ppo_sweep.py``) calls, in order: ``refuse_used_out``, ``limit_forced_cleanup``
+(both before Ray starts), then ``trial_resources`` and builds its ``tune.Tuner`` with ``asha`` and ``run_config``
+(with ``trials_done``), and after ``fit`` reads ``reports`` and writes ``write_csv`` / ``write_text`` / ``png_bytes``
+files with ``shards_schema.storage``.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 SWEEP_FOLDERS = ("tune", "trials")
 """Under a sweep's --out: Tune's results (every trial's config and reports) and each trial's own run."""
@@ -44,9 +47,10 @@ def asha(last_step: int, grace_steps: int, reduction_factor: int, time_attr: str
                          reduction_factor=reduction_factor)
 
 
-def run_config(out: str, name: str = "sweep"):
+def run_config(out: str, name: str = "sweep", callbacks: tuple = ()):
     """Tune's ``RunConfig``: results (each trial's ``params.json`` and reports) under ``OUT/tune`` on ``out``'s
-    store."""
+    store; Tune's own output at verbosity 1 (its trial-status lines, without a results table at every report: the
+    drivers print each trial's end, ``trials_done``)."""
     from ray import tune
 
     from shards_schema import storage
@@ -54,7 +58,68 @@ def run_config(out: str, name: str = "sweep"):
 
     where = run_storage(storage.join(out, "tune"))
     return tune.RunConfig(name=name, storage_path=where["storage_path"],
-                          storage_filesystem=where.get("storage_filesystem"))
+                          storage_filesystem=where.get("storage_filesystem"), verbose=1, callbacks=list(callbacks))
+
+
+def trials_done(total: int, metric: str, mode: str, name_of, last_step: int, time_attr: str = "step", log=print):
+    """A Tune callback printing each trial's end: ``[sweep] trial 3/9 done: d32-share0.1, best val_loss_actor 1.61 at
+    step 200 (stopped by ASHA at step 400)``. ``name_of(config)`` names a trial; ``mode`` (min or max) says which
+    ``metric`` is best."""
+    from ray import tune
+
+    better = (lambda a, b: a < b) if mode == "min" else (lambda a, b: a > b)
+
+    class TrialsDone(tune.Callback):
+        def __init__(self):
+            self.done, self.best = 0, {}
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            value = result.get(metric)
+            if value is not None and value == value and (
+                    trial.trial_id not in self.best or better(value, self.best[trial.trial_id][0])):
+                self.best[trial.trial_id] = (value, result.get(time_attr))
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            self.done += 1
+            value, at = self.best.get(trial.trial_id, (float("nan"), None))
+            last = (trial.last_result or {}).get(time_attr)
+            stopped = f" (stopped by ASHA at {time_attr} {last})" if last is not None and last < last_step else ""
+            log(f"[sweep] trial {self.done}/{total} done: {name_of(trial.config)}, best {metric} {value:.4g} at "
+                f"{time_attr} {at}{stopped}")
+
+    return TrialsDone()
+
+
+@dataclass(frozen=True)
+class TrialResources:
+    """What each trial asks of the cluster.
+
+    Attributes:
+        use_gpu: the trial's Ray Train worker takes a GPU.
+        cpus_per_worker: CPUs the worker reserves (fractional on small machines: whole CPUs would leave trials
+            waiting for one another's).
+        torch_threads: intra-op threads of the worker.
+        max_concurrent: trials at once.
+    """
+
+    use_gpu: bool
+    cpus_per_worker: float
+    torch_threads: int
+    max_concurrent: int
+
+
+def trial_resources(cluster: dict, asked_concurrent: int = 0) -> TrialResources:
+    """Trial resources from ``ray.cluster_resources()``: with GPUs, one GPU per trial and as many trials as GPUs
+    (or ``asked_concurrent``, at most that); CPU-only, one trial per 2 CPUs (at least 1), each worker reserving a
+    quarter of its trial's share, the rest left to the trial's data reading."""
+    gpus, cpus = int(cluster.get("GPU", 0)), float(cluster.get("CPU", 1))
+    if gpus:
+        concurrent = min(asked_concurrent or gpus, gpus)
+        return TrialResources(True, max(1.0, min(4.0, cpus / concurrent / 2)), 0, concurrent)
+    concurrent = asked_concurrent or max(1, int(cpus // 2))
+    share = cpus / concurrent
+    return TrialResources(False, round(max(0.25, share / 4), 2), 1, concurrent)
+
 
 
 def reports(grid, columns: tuple[str, ...]) -> list[tuple[dict, list[dict]]]:
