@@ -143,3 +143,14 @@ def parse_config(cls: type, argv: list[str] | None = None):
 def _required(cls: type) -> list[str]:
     return [f.name for f in dataclasses.fields(cls)
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+
+
+def command_config(cls: type, argv: list[str] | None = None):
+    """``parse_config`` for a command line's ``main``: the typed config, and from then on the console without the
+    known-benign lines of Ray and W&B (``pipelines/console.filter_known_noise``; library calls keep their caller's
+    output as it is)."""
+    from pipelines.console import filter_known_noise
+
+    cfg = parse_config(cls, argv)
+    filter_known_noise()
+    return cfg

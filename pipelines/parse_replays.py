@@ -19,6 +19,7 @@ import os
 import sys
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -314,6 +315,10 @@ def run(cfg: ParseConfig, *, log=print):
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True  # groups reach the driver in input order
     ctx.enable_progress_bars = False  # the job's own progress line instead: plain lines under ray job submit
+    # Ray Data warns when an actor pool is larger than its operator's input blocks; the parse actors' inputs are the
+    # groups a read task yields, many per task, which its count of blocks (one per read task) does not see
+    warnings.filterwarnings("ignore", category=UserWarning,
+                            message=r"The minimum number of concurrent actors for 'MapBatches\(ParseInputs\)'")
     # Ray Data holds a task's outputs until they fill a block of this size: at the default 128 MiB the groups of a
     # read task reached the driver all at once as it ended, and the progress line stood still until then (a group
     # row carries its inputs, so a group of any real size is a block of its own at 1 MiB)
@@ -346,8 +351,7 @@ def run(cfg: ParseConfig, *, log=print):
                         fn_kwargs={"source": source, "group_bytes": group_bytes, "progress": reader}, compute=reads,
                         **runtime_env)
     ds = ds.map_batches(ParseInputs, batch_format="pyarrow", batch_size=1,
-                        compute=ray.data.ActorPoolStrategy(size=min(cfg.num_parse_actors, len(tasks))),
-                        num_cpus=cfg.cpus_per_actor,
+                        compute=ray.data.ActorPoolStrategy(size=cfg.num_parse_actors), num_cpus=cfg.cpus_per_actor,
                         fn_constructor_kwargs={"cfg": cfg, "version_uri": spec.uri}, **runtime_env)
     rewrite = ray.remote(num_cpus=cfg.cpus_per_actor, **runtime_env)(drop_rows)
     publisher = VersionPublisher(spec, schema=parser.schema, index_schema=parser.index_schema,
@@ -477,12 +481,9 @@ def _summary(published, elapsed_s: float, log) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from pipelines.cli import parse_config
-    from pipelines.console import filter_known_noise
+    from pipelines.cli import command_config
 
-    cfg = parse_config(ParseConfig, argv)
-    filter_known_noise()
-    run(cfg)
+    run(command_config(ParseConfig, argv))
 
 
 if __name__ == "__main__":

@@ -334,12 +334,9 @@ def run(cfg: EvalConfig, *, log=print) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from pipelines.cli import parse_config
-    from pipelines.console import filter_known_noise
+    from pipelines.cli import command_config
 
-    cfg = parse_config(EvalConfig, argv)
-    filter_known_noise()
-    run(cfg)
+    run(command_config(EvalConfig, argv))
 
 
 if __name__ == "__main__":

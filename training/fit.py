@@ -421,13 +421,12 @@ def fit(cfg, recipe_class: type[Recipe], callbacks: tuple = (), name: str = ""):
 def main(config_class: type, recipe_class: type[Recipe], argv: list[str] | None = None):
     """The command line of a trainer: flags from ``config_class``, then ``fit``; prints the final checkpoint's
     folder (a URI on a store), the argument evaluation and play take."""
-    from pipelines.cli import parse_config
-    from pipelines.console import filter_known_noise, metrics_line
+    from pipelines.cli import command_config
+    from pipelines.console import metrics_line
     from shards_schema import storage
     from training.loop import checkpoint_uri
 
-    cfg = parse_config(config_class, argv)
-    filter_known_noise()
+    cfg = command_config(config_class, argv)
     result = fit(cfg, recipe_class)
     if result.metrics:
         print(metrics_line(recipe_class.tag, result.metrics, cfg.steps, done=True))

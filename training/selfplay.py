@@ -407,13 +407,11 @@ def run_to_end(cfg: SelfPlayConfig) -> tuple[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from pipelines.cli import parse_config
-    from pipelines.console import filter_known_noise
+    from pipelines.cli import command_config
     from shards_schema import storage
     from training.loop import checkpoint_uri
 
-    cfg = parse_config(SelfPlayConfig, argv)
-    filter_known_noise()
+    cfg = command_config(SelfPlayConfig, argv)
     result = run(cfg)
     print(f"[selfplay] done: {result.metrics}")
     if result.checkpoint:

@@ -138,12 +138,9 @@ def run(cfg: PlayConfig, *, log=print):
     return published, rows
 
 def main(argv: list[str] | None = None) -> None:
-    from pipelines.cli import parse_config
-    from pipelines.console import filter_known_noise
+    from pipelines.cli import command_config
 
-    cfg = parse_config(PlayConfig, argv)
-    filter_known_noise()
-    run(cfg)
+    run(command_config(PlayConfig, argv))
 
 
 if __name__ == "__main__":

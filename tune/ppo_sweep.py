@@ -363,12 +363,9 @@ def _figure(sweep: SweepConfig, rows: list[dict], last: list[dict]) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from pipelines.cli import parse_config
-    from pipelines.console import filter_known_noise
+    from pipelines.cli import command_config
 
-    sweep = parse_config(SweepConfig, argv)
-    filter_known_noise()
-    run(sweep)
+    run(command_config(SweepConfig, argv))
 
 
 if __name__ == "__main__":
