@@ -64,6 +64,17 @@ def ray_local():
 
 
 @pytest.fixture(scope="session")
+def synthetic_frames(ray_local, tmp_path_factory):
+    """A melee_frames version of 2 synthetic games (no ../shared needed), parsed once for every self-play and sweep
+    test that reads it."""
+    from pipelines.parse_replays import ParseConfig
+    from pipelines.parse_replays import run as parse
+
+    return parse(ParseConfig.tiny(source="slp", out=str(tmp_path_factory.mktemp("melee")), num_battles=2),
+                 log=lambda *_: None).path
+
+
+@pytest.fixture(scope="session")
 def tiny_generated(ray_local, tmp_path_factory):
     """A published shard version of a few simulator battles per format (the tiny preset); skipped without the
     simulator."""

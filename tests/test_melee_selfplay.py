@@ -77,16 +77,6 @@ def test_damage_counts_only_new_highs_in_a_stock():
     assert lost == [0, 0, 0, 1, 0] and highs == pytest.approx((5.0, 50.0))
 
 
-@pytest.fixture(scope="module")
-def synthetic_frames(ray_local, tmp_path_factory):
-    """A melee_frames version of synthetic games (no ../shared needed)."""
-    from pipelines.parse_replays import ParseConfig
-    from pipelines.parse_replays import run as parse
-
-    return parse(ParseConfig.tiny(source="slp", out=str(tmp_path_factory.mktemp("melee")), num_battles=2),
-                 log=lambda *_: None).path
-
-
 def test_a_runner_returns_the_learners_side_only_and_bootstraps_time_limits(synthetic_frames):
     """Against each opponent kind: the rollout holds one learner action per game and step (never the opponent's),
     the LSTM states it acted with, and at a time limit the value of the frame it stopped on."""

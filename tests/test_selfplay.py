@@ -11,15 +11,6 @@ import pytest
 from training.selfplay import SelfPlayConfig, run
 
 
-@pytest.fixture(scope="module")
-def synthetic_frames(ray_local, tmp_path_factory):
-    from pipelines.parse_replays import ParseConfig
-    from pipelines.parse_replays import run as parse
-
-    return parse(ParseConfig.tiny(source="slp", out=str(tmp_path_factory.mktemp("melee")), num_battles=2),
-                 log=lambda *_: None).path
-
-
 def _rows(out):
     with open(out / "metrics.csv") as fh:
         return list(csv.DictReader(fh))

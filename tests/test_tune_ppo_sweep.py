@@ -88,28 +88,19 @@ def test_trial_resources_leave_room_for_the_trial_itself():
     assert resources["use_gpu"] and concurrent == 4 and resources["cpus_per_runner"] == 1.0  # one thread each
 
 
-@pytest.fixture(scope="module")
-def synthetic_frames(ray_local, tmp_path_factory):
-    from pipelines.parse_replays import ParseConfig
-    from pipelines.parse_replays import run as parse
-
-    return parse(ParseConfig.tiny(source="slp", out=str(tmp_path_factory.mktemp("melee")), num_battles=2),
-                 log=lambda *_: None).path
-
-
 @pytest.mark.timeout(900)
 def test_a_tiny_sweep_writes_its_table_and_figure(synthetic_frames, tmp_path):
     from tune.ppo_sweep import run
 
     sweep = SweepConfig.tiny(shards=str(synthetic_frames), out=str(tmp_path / "sweep"))
     grid = run(sweep, log=lambda *_: None)
-    assert len(grid) == 4 and not grid.errors
+    assert len(grid) == 2 and not grid.errors
     with open(tmp_path / "sweep" / "ppo_sweep.csv") as fh:
         rows = list(csv.DictReader(fh))
     trials: dict = {}
     for r in rows:
         trials.setdefault((float(r["lr"]), float(r["entropy_weight"])), []).append(r)
-    assert set(trials) == {(1e-2, 0.0), (1e-2, 0.05), (1e-4, 0.0), (1e-4, 0.05)}
+    assert set(trials) == {(1e-2, 0.05), (1e-4, 0.05)}
     for key, history in trials.items():
         updates = [int(r["update"]) for r in history]
         assert updates == list(range(1, len(updates) + 1)), key  # every update reached Tune
@@ -130,16 +121,16 @@ def test_a_tiny_sweep_writes_its_table_and_figure(synthetic_frames, tmp_path):
     stopped = {k for k, h in trials.items() if int(h[-1]["update"]) < sweep.updates}
     assert stopped == expected
     # the first trial always goes on; the runs are seeded alike, and here the lr 0.01 trials (first in the grid) lead
-    assert stopped and len(stopped) < 4
+    assert stopped and len(stopped) < 2
     table = (tmp_path / "sweep" / "ppo_sweep.md").read_text()
     trial_lines = [line for line in table.splitlines() if line.startswith("| 0.0")]
-    assert len(trial_lines) == 4 and "| no |" in trial_lines[0]  # the trial that ran longest first
+    assert len(trial_lines) == 2 and "| no |" in trial_lines[0]  # the trial that ran longest first
     assert (tmp_path / "sweep" / "ppo_sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # each trial's config on the run's storage: Tune's params and the resolved self-play config
     params = list((tmp_path / "sweep" / "tune" / "ray" / "sweep").glob("*/params.json"))
-    assert len(params) == 4 and {json.loads(p.read_text())["lr"] for p in params} == {1e-4, 1e-2}
-    saved = json.loads((tmp_path / "sweep" / "trials" / "lr0.01-ent0" / "selfplay_config.json").read_text())
-    assert (saved["lr"], saved["entropy_weight"], saved["updates"]) == (1e-2, 0.0, 8)
+    assert len(params) == 2 and {json.loads(p.read_text())["lr"] for p in params} == {1e-4, 1e-2}
+    saved = json.loads((tmp_path / "sweep" / "trials" / "lr0.01-ent0.05" / "selfplay_config.json").read_text())
+    assert (saved["lr"], saved["entropy_weight"], saved["updates"]) == (1e-2, 0.05, 8)
 
 
 def test_a_sweep_never_reuses_a_folder(tmp_path):
