@@ -58,7 +58,8 @@ class ParseConfig:
         cpus_per_actor: CPUs each parse or generate actor reserves (fractional, so Ray Data is not starved).
         inputs_per_batch: inputs handed to a parse actor at once.
         num_cpus: CPUs of the local Ray instance (plain-script runs; ignored under ray job submit).
-        progress_every_s: seconds between progress lines (inputs done of the total, rows/s, quarantined, ETA).
+        progress_every_s: seconds between progress lines (inputs read of the total, parsed, rows/s, quarantined,
+            ETA: ``ParseProgress``).
         generated: battles and games the job makes itself.
         replays: which public replays to keep.
         slp: which Melee games to keep.
