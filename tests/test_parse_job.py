@@ -158,7 +158,10 @@ def _kill_tree(proc: subprocess.Popen) -> None:
     parent = psutil.Process(proc.pid)
     family = [parent, *parent.children(recursive=True)]
     for p in family:
-        p.kill()
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:  # a worker may exit between the listing and its kill
+            pass
     psutil.wait_procs(family, timeout=30)
 
 
