@@ -107,6 +107,27 @@ def test_to_table_matches_from_pylist_and_round_trips_parquet(tmp_path):
         to_table([{"prev": None, "moves": [None]}], schema)
 
 
+def test_to_table_matches_from_pylist_on_parsed_rows():
+    """``to_table`` (distinct sub-objects converted once, columns transposed in C) against its readable reference
+    on real parser output: shared Pokémon dicts, null structs (no previous move yet), empty lists."""
+    from conftest import shared_data
+
+    from pipelines.pokemon.dex import load_dex
+    from pipelines.pokemon.spectator import spectator_trajectories
+    from shards_schema.declare import to_table
+
+    rows = []
+    for path in sorted(shared_data("pokemon", "showdown_replays").glob("*.json")):
+        replay = json.loads(path.read_text())
+        rows += spectator_trajectories(replay["log"].split("\n"), load_dex(int(replay["formatid"][3])),
+                                       format_id=replay["formatid"], battle_id=replay["id"])
+    assert any(r["state"]["player_prev_move"] is None for r in rows)
+    assert any(r["state"]["player_active"] is r2["state"]["player_active"] for r, r2 in zip(rows, rows[1:]))
+    assert to_table(rows, TURNS_SCHEMA).equals(pa.Table.from_pylist(rows, schema=TURNS_SCHEMA))
+    assert to_table(rows[:1], TURNS_SCHEMA).equals(pa.Table.from_pylist(rows[:1], schema=TURNS_SCHEMA))
+    assert to_table([], TURNS_SCHEMA).equals(TURNS_SCHEMA.empty_table())
+
+
 def _manifest_dir(tmp_path, text: str):
     version = tmp_path / "pokemon_turns" / "v1-p1-o1-0000"
     version.mkdir(parents=True)
