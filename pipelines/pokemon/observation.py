@@ -30,6 +30,7 @@ word comes from.
 
 from __future__ import annotations
 
+import itertools
 import re
 from functools import cache
 from pathlib import Path
@@ -141,18 +142,6 @@ def _switch_words(mon: dict | None) -> list[str]:
     return [mon["name"], mon["item"], mon["ability"], types[0], types[1], mon["status"], mon["tera_type"]]
 
 
-def _cached(cache: dict | None, fn, mon: dict | None, **kw) -> list:
-    """``fn(mon)``, memoized by object identity within one trajectory (rendered Pokémon dicts are shared
-    between rows; the cache holds a reference, so an id is never reused while it lives)."""
-    if cache is None or mon is None:
-        return fn(mon, **kw)
-    key = (fn, id(mon))
-    hit = cache.get(key)
-    if hit is None:
-        hit = cache[key] = (mon, fn(mon, **kw))
-    return hit[1]
-
-
 def _ids(words: list[str]) -> list[int]:
     vocab = vocabulary()
     return [vocab.get(w, UNK_ID) for w in words]
@@ -184,15 +173,14 @@ def _global_words(state: dict, format_id: str) -> list[str]:
     ]
 
 
-def observation_tokens(state: dict, format_id: str, cache: dict | None = None) -> tuple[list[str], list[int]]:
+def observation_tokens(state: dict, format_id: str) -> tuple[list[str], list[int]]:
     """The 87 words of a state and their ids (see the module docstring for the layout)."""
     words = _global_words(state, format_id)
     tokens = _ids(words)
     switches = state["available_switches"]
-    parts = [_cached(cache, _active_tokens, state["player_active"], opponent=False),
-             _cached(cache, _active_tokens, state["opponent_active"], opponent=True)]
-    parts += [_cached(cache, _switch_tokens, switches[slot] if slot < len(switches) else None)
-              for slot in range(NUM_SWITCHES)]
+    parts = [_active_tokens(state["player_active"], opponent=False),
+             _active_tokens(state["opponent_active"], opponent=True)]
+    parts += [_switch_tokens(switches[slot] if slot < len(switches) else None) for slot in range(NUM_SWITCHES)]
     for part_words, part_tokens in parts:
         words += part_words
         tokens += part_tokens
@@ -228,13 +216,13 @@ def _move_numbers(mon: dict | None, key: str, scale: float) -> list[float]:
     return [moves[i][key] / scale if i < len(moves) else 0.0 for i in range(NUM_MOVES)]
 
 
-def observation_numeric(state: dict, cache: dict | None = None) -> list[float]:
+def observation_numeric(state: dict) -> list[float]:
     """The 48 numeric features of a state (see the module docstring for the layout)."""
     me, opp = state["player_active"], state["opponent_active"]
     switches = state["available_switches"]
     numeric = [
-        *_cached(cache, _own_numbers, me),
-        *_cached(cache, _foe_numbers, opp),
+        *_own_numbers(me),
+        *_foe_numbers(opp),
         *[switches[i]["hp_pct"] if i < len(switches) else 0.0 for i in range(NUM_SWITCHES)],
         state["player_remaining"] / 6.0,
         state["opponents_remaining"] / 6.0,
@@ -248,9 +236,77 @@ def observation_numeric(state: dict, cache: dict | None = None) -> list[float]:
     return numeric
 
 
-def observe(state: dict, format_id: str, cache: dict | None = None) -> tuple[str, list[int], list[float], int]:
-    """(text, token ids, numeric features, number of unknown words) for one state. ``cache``: a dict kept for
-    one trajectory, to reuse the parts of Pokémon that did not change between rows."""
-    words, tokens = observation_tokens(state, format_id, cache)
+def observe(state: dict, format_id: str) -> tuple[str, list[int], list[float], int]:
+    """(text, token ids, numeric features, number of unknown words) for one state: the readable reference of
+    ``Observer``."""
+    words, tokens = observation_tokens(state, format_id)
     unknown = tokens.count(UNK_ID)
-    return " ".join(words), tokens, observation_numeric(state, cache), unknown
+    return " ".join(words), tokens, observation_numeric(state), unknown
+
+
+class Observer:
+    """``observe`` for the rows of one trajectory, fast; equal output (``tests/test_observation.py`` compares them
+    on every row of the shared replays).
+
+    Renderers share a Pokémon's dict between rows while it does not change (``BattleTracker.mon_state``), and the
+    bench often stays the same from one decision to the next. So each active Pokémon's part of the observation (its
+    words joined, their ids, its numbers) is computed once per distinct dict, and the five switch slots once per
+    distinct tuple of dicts, keyed by identity; each cache entry holds the dicts it was made from, so an id is never
+    reused while its entry lives. Joining the parts' texts with spaces is joining their words.
+    """
+
+    def __init__(self, format_id: str, version: str = OBSERVATION_VERSION):
+        self.format_id = format_id
+        self.vocab = vocabulary(version)
+        self._player: dict[int, tuple] = {}
+        self._opponent: dict[int, tuple] = {}
+        self._switches: dict[tuple[int, ...], tuple] = {}
+        self._switch: dict[int, tuple] = {}
+
+    def _ids(self, words: list[str]) -> list[int]:
+        return list(map(self.vocab.get, words, itertools.repeat(UNK_ID, len(words))))
+
+    def _active(self, mon: dict | None, opponent: bool) -> tuple:
+        """(mon, text, ids, numbers) of an active Pokémon: numeric features 0-23 for the player's, 24-35 for the
+        opponent's."""
+        words = _active_words(mon, opponent=opponent)
+        return mon, " ".join(words), self._ids(words), _foe_numbers(mon) if opponent else _own_numbers(mon)
+
+    def _bench(self, switches: list[dict]) -> tuple:
+        """(mons, text, ids, HP fractions) of the five switch slots."""
+        key = tuple(map(id, switches))
+        hit = self._switches.get(key)
+        if hit is None:
+            words, hps = [], []
+            for slot in range(NUM_SWITCHES):
+                mon = switches[slot] if slot < len(switches) else None
+                words += _switch_words(mon)
+                hps.append(mon["hp_pct"] if mon is not None else 0.0)
+            hit = self._switches[key] = (list(switches), " ".join(words), self._ids(words), hps)
+        return hit
+
+    def __call__(self, state: dict) -> tuple[str, list[int], list[float], int]:
+        me, opp = state["player_active"], state["opponent_active"]
+        mine = self._player.get(id(me))
+        if mine is None:
+            mine = self._player[id(me)] = self._active(me, opponent=False)
+        theirs = self._opponent.get(id(opp))
+        if theirs is None:
+            theirs = self._opponent[id(opp)] = self._active(opp, opponent=True)
+        bench = self._bench(state["available_switches"])
+        global_words = _global_words(state, self.format_id)
+        text = " ".join([*global_words, mine[1], theirs[1], bench[1]])
+        tokens = [*self._ids(global_words), *mine[2], *theirs[2], *bench[2]]
+        if len(tokens) != OBS_WORDS:
+            raise AssertionError(f"{len(tokens)} words, not {OBS_WORDS}")
+        numeric = [
+            *mine[3], *theirs[3], *bench[3],
+            state["player_remaining"] / 6.0,
+            state["opponents_remaining"] / 6.0,
+            me["level"] / 100.0 if me else 0.0,
+            opp["level"] / 100.0 if opp else 0.0,
+            float(state["forced_switch"]),
+            float(me["terastallized"]) if me else 0.0,
+            float(opp["terastallized"]) if opp else 0.0,
+        ]
+        return text, tokens, numeric, tokens.count(UNK_ID)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipelines.errors import IllegalActionError
-from pipelines.pokemon.observation import observe
+from pipelines.pokemon.observation import Observer
 from shards_schema.pokemon import NUM_ACTIONS, NUM_MOVES, NUM_SWITCHES
 
 _RESULT_REWARD = {"win": 1.0, "loss": -1.0, "tie": 0.0, "unknown": 0.0}
@@ -63,14 +63,14 @@ def build_rows(meta: TrajectoryMeta, steps: list[tuple[dict, int, list[bool]]], 
     """
     rows = []
     last = len(steps) - 1
-    cache: dict = {}
+    observe = Observer(meta.format)
     for i, ((state, action, mask), battle_turn) in enumerate(zip(steps, battle_turns, strict=True)):
         if action >= 0 and (action >= NUM_ACTIONS or not mask[action]):
             raise IllegalActionError(
                 f"{meta.trajectory_id} decision {i}: action {action} is not legal there (legal: "
                 f"{[a for a, ok in enumerate(mask) if ok]})"
             )
-        text, tokens, numeric, unknown = observe(state, meta.format, cache)
+        text, tokens, numeric, unknown = observe(state)
         rows.append({
             "trajectory_id": meta.trajectory_id, "battle_id": meta.battle_id, "format": meta.format,
             "player_side": meta.player_side, "player_name": meta.player_name, "opponent_name": meta.opponent_name,
