@@ -29,6 +29,7 @@ The legal mask is derived from the state (``legal_mask_exact`` false).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from pipelines.errors import ProtocolError, TruncatedBattleError
@@ -160,6 +161,11 @@ class SpectatorParser:
         self.used_tera = {"p1": False, "p2": False}
         self.moved_this_turn = False
         self._own_memo: dict[tuple, dict] = {}
+        # each Pokémon's own moves as the whole log reveals them (fixed once the log is read)
+        self._own_moves = {(side_id, nick): tuple(k.moves[:NUM_MOVES])
+                           for side_id, team in self.known.items() for nick, k in team.items()}
+        self._switches: dict[str, list[dict]] = {"p1": [], "p2": []}  # the last available_switches, to share
+        self._teampreview: dict[str, list[str]] = {"p1": [], "p2": []}  # the last opponent_teampreview, to share
         self._benches: dict[str, list[list[str]]] = {"p1": [], "p2": []}  # switch targets behind each decision
 
     # ------------------------------------------------------------------ rendering
@@ -171,15 +177,16 @@ class SpectatorParser:
         if mon is None:
             mon = Mon(nick, k.species, 100, tracker.gen)
         move_ids = self._move_ids(side.side_id, nick, mon)
-        key = (side.side_id, nick, tracker.mon_key(mon), move_ids, tuple(mon.moves.get(m, 0) for m in move_ids))
+        used = tuple(map(mon.moves.get, move_ids, itertools.repeat(0, len(move_ids))))
+        key = (side.side_id, nick, tracker.mon_key(mon), move_ids, used)
         hit = self._own_memo.get(key)
         if hit is not None:
             return hit
         try:
-            moves = [tracker.move_state(m, used=mon.moves.get(m, 0)) for m in move_ids]
+            moves = [tracker.move_state(m, used=u) for m, u in zip(move_ids, used, strict=True)]
         except UnknownDexEntry as err:
             raise ProtocolError(str(err)) from err
-        out = dict(tracker.mon_state(mon, moves))
+        out = tracker.render_mon(mon, moves)
         if k.item is not None and out["item"] == "unknownitem":
             out["item"] = k.item
         if k.ability is not None and out["ability"] == "unknownability":
@@ -198,8 +205,8 @@ class SpectatorParser:
             copied = self.known[target[0]].get(target[1]) if target else None
             if copied is not None:
                 return tuple(copied.moves[:NUM_MOVES])
-        own = tuple(self.known[side_id][nick].moves[:NUM_MOVES])
-        if (side_id, nick) in self.mimicked:
+        own = self._own_moves[(side_id, nick)]
+        if self.mimicked and (side_id, nick) in self.mimicked:
             # Mimic's slot holds the copied move until the Pokémon switches out (the request lists it there)
             return tuple(self.mimicked[(side_id, nick)] if m == "mimic" else m for m in own)
         return own
@@ -221,17 +228,26 @@ class SpectatorParser:
         bench = self._bench(side)
         player_active = self._own(side, side.active.name, side.active) if side.active else None
         known_fainted = sum(1 for m in side.mons.values() if m.status == "fnt")
+        # Lists equal to the previous decision's are that list, shared (never mutated): fewer objects for the
+        # cyclic collector to walk, and Arrow and the observation convert a shared object once.
+        switches = [self._own(side, nick, side.mons.get(nick)) for nick in bench]
+        if switches == self._switches[side_id]:
+            switches = self._switches[side_id]
+        self._switches[side_id] = switches
+        teampreview = self._teampreview[side_id]
+        if teampreview != foe.teampreview:
+            teampreview = self._teampreview[side_id] = list(foe.teampreview)
         state = {
             "player_active": player_active,
             "opponent_active": tracker.mon_state(foe.active) if foe.active is not None else None,
-            "available_switches": [self._own(side, nick, side.mons.get(nick)) for nick in bench],
+            "available_switches": switches,
             "player_prev_move": tracker.prev_move_state(side), "opponent_prev_move": tracker.prev_move_state(foe),
             "player_remaining": side.team_size - known_fainted,
             "opponents_remaining": foe.team_size - foe.fainted,
             "player_conditions": tracker.conditions(side), "opponent_conditions": tracker.conditions(foe),
-            **tracker.field_state(), "forced_switch": forced,
+            "weather": tracker.weather, "battle_field": tracker.battle_field(), "forced_switch": forced,
             "can_tera": self.tera_allowed and not forced and not self.used_tera[side_id],
-            "opponent_teampreview": list(foe.teampreview),
+            "opponent_teampreview": teampreview,
         }
         return state, bench
 

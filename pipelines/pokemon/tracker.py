@@ -153,6 +153,9 @@ class BattleTracker:
         self._last_mover: Mon | None = None
         self._move_memo: dict[tuple, dict] = {}
         self._mon_memo: dict[tuple, dict] = {}
+        self._mon_moves_memo: dict[tuple, dict] = {}
+        self._conditions_memo: dict[tuple, list[str]] = {}
+        self._field_memo: dict[tuple, list[str]] = {}
 
     # ------------------------------------------------------------------ feeding lines
     def apply(self, line: str) -> None:
@@ -484,12 +487,22 @@ class BattleTracker:
                 tuple(sorted(mon.boosts.items())) if mon.boosts else (), mon.tera_type, mon.terastallized)
 
     def mon_state(self, mon: Mon, moves: list[dict] | None = None) -> dict:
+        """The rendered Pokémon (memoized, shared: never mutate it); ``moves`` default to the revealed ones."""
         if moves is None:
-            moves = [self.move_state(m, used=used) for m, used in mon.moves.items()][:8]
-        key = (self.mon_key(mon), tuple(map(id, moves)))  # move dicts are memoized: their ids are stable
-        hit = self._mon_memo.get(key)
-        if hit is not None:
+            key = (self.mon_key(mon), tuple(mon.moves.items()))  # what the default moves are made of
+            hit = self._mon_memo.get(key)
+            if hit is None:
+                moves = [self.move_state(m, used=used) for m, used in mon.moves.items()][:8]
+                hit = self._mon_memo[key] = self.render_mon(mon, moves)
             return hit
+        key = (self.mon_key(mon), tuple(map(id, moves)))  # move dicts are memoized: their ids are stable
+        hit = self._mon_moves_memo.get(key)
+        if hit is None:
+            hit = self._mon_moves_memo[key] = self.render_mon(mon, moves)
+        return hit
+
+    def render_mon(self, mon: Mon, moves: list[dict]) -> dict:
+        """A new dict of ``mon`` in the declared ``PokemonState`` shape (``mon_state`` memoizes it)."""
         try:
             species_id = self.dex.species_id(mon.species)
         except UnknownDexEntry as err:
@@ -497,7 +510,7 @@ class BattleTracker:
         entry = self.dex.species[species_id]
         stats = entry["base_stats"]
         boosts = mon.boosts
-        out = self._mon_memo[key] = {
+        return {
             "name": species_id, "base_species": entry["base_species"], "hp_pct": mon.hp_pct,
             "types": list(mon.types) if mon.types is not None else list(entry["types"]),
             "item": mon.item, "ability": mon.ability, "level": mon.level, "status": mon.status,
@@ -510,13 +523,25 @@ class BattleTracker:
             "base_spd": stats["spd"], "base_spe": stats["spe"],
             "tera_type": mon.tera_type, "terastallized": mon.terastallized,
         }
-        return out
 
     def conditions(self, side: Side) -> list[str]:
-        return sorted(c for c, layers in side.conditions.items() for _ in range(layers))
+        """The side's conditions, sorted, a layered one once per layer (memoized, shared: never mutate it)."""
+        key = tuple(side.conditions.items())
+        hit = self._conditions_memo.get(key)
+        if hit is None:
+            hit = self._conditions_memo[key] = sorted(c for c, layers in side.conditions.items() for _ in range(layers))
+        return hit
+
+    def battle_field(self) -> list[str]:
+        """The field effects, sorted (memoized, shared: never mutate it)."""
+        key = tuple(self.fields)
+        hit = self._field_memo.get(key)
+        if hit is None:
+            hit = self._field_memo[key] = sorted(self.fields)
+        return hit
 
     def field_state(self) -> dict:
-        return {"weather": self.weather, "battle_field": sorted(self.fields)}
+        return {"weather": self.weather, "battle_field": self.battle_field()}
 
     def prev_move_state(self, side: Side) -> dict | None:
         if side.prev_move is None or side.prev_move in ("recharge",):
