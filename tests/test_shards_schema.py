@@ -122,7 +122,8 @@ def test_to_table_matches_from_pylist_on_parsed_rows():
         rows += spectator_trajectories(replay["log"].split("\n"), load_dex(int(replay["formatid"][3])),
                                        format_id=replay["formatid"], battle_id=replay["id"])
     assert any(r["state"]["player_prev_move"] is None for r in rows)
-    assert any(r["state"]["player_active"] is r2["state"]["player_active"] for r, r2 in zip(rows, rows[1:]))
+    actives = [r["state"]["player_active"] for r in rows]
+    assert any(a is b for a, b in zip(actives[:-1], actives[1:], strict=True))  # shared between rows
     assert to_table(rows, TURNS_SCHEMA).equals(pa.Table.from_pylist(rows, schema=TURNS_SCHEMA))
     assert to_table(rows[:1], TURNS_SCHEMA).equals(pa.Table.from_pylist(rows[:1], schema=TURNS_SCHEMA))
     assert to_table([], TURNS_SCHEMA).equals(TURNS_SCHEMA.empty_table())
