@@ -7,10 +7,12 @@ Inputs, in the public replay JSON shape: ``../shared/data/pokemon/bench_replays`
 battles) and, for the other formats asked, ``--num-battles`` battles the pinned simulator plays between random
 players (seed ``--seed``; needs Node.js and ``make setup``; cached under ``.cache/bench_replays``).
 
-Each format's replays go in blocks of ``--block-size``; for each block, in turn: Metamon's parser (a child process
-under ``METAMON_PYTHON``, ``benchmarks/metamon_parse_worker.py``, which says what its offline stand-ins are), then
-replayforge's parser, then replayforge's parser plus the Arrow conversion of the block's rows (what a parse actor
-does), then the poke-env baseline. So drift in the machine's load falls on all of them. Times are the CPU time
+Each format's replays go in blocks of ``--block-size``. In a block, Metamon's parser (a child process under
+``METAMON_PYTHON``, ``benchmarks/metamon_parse_worker.py``, which says what its offline stand-ins are) and
+replayforge's parser take turns replay by replay (each going first every other replay: Metamon takes ~30x longer
+per replay, so turns of whole blocks would put its time and ours in different seconds of a machine whose load
+drifts); then replayforge's parser plus the Arrow conversion of the block's rows (what a parse actor does), then
+the poke-env baseline. Times are the CPU time
 (``time.process_time``) of each process around the parse calls only, with Python's default gc on in both processes;
 outputs are dropped after each replay (the Arrow pass holds one block's rows, as a parse actor holds its batch).
 Replays that either parser refuses are excluded from every figure and counted. Rates are trajectories (one
@@ -107,13 +109,17 @@ class Metamon:
 def metamon_python(arg: str | None) -> tuple[str | None, str]:
     """(interpreter that imports Metamon's replay parser or None, what was found)."""
     python = arg or os.environ.get("METAMON_PYTHON") or sys.executable
-    probe = subprocess.run([python, "-c", "import metamon.data.replay_dataset.parsed_replays.replay_parser."
-                            "parse_replays, subprocess; print(subprocess.run(['git', 'rev-parse', '--short', "
-                            "'HEAD'], cwd=metamon.__path__[0], capture_output=True, text=True).stdout.strip())"],
-                           capture_output=True, text=True)
+    try:
+        probe = subprocess.run([python, "-c", "import metamon.data.replay_dataset.parsed_replays.replay_parser."
+                                "parse_replays, subprocess; print(subprocess.run(['git', 'rev-parse', '--short', "
+                                "'HEAD'], cwd=metamon.__path__[0], capture_output=True, text=True).stdout.strip())"],
+                               capture_output=True, text=True)
+    except OSError as err:
+        return None, f"Metamon is not measured: {python} does not run ({err}); set METAMON_PYTHON (README)"
     if probe.returncode != 0:
-        return None, (f"Metamon is not importable by {python} ({probe.stderr.strip().splitlines()[-1:]}); install it "
-                      f"beside the project (README) and set METAMON_PYTHON")
+        return None, (f"Metamon is not measured: it is not importable by {python} "
+                      f"({probe.stderr.strip().splitlines()[-1:]}); install it beside the project (README) and "
+                      f"set METAMON_PYTHON")
     return python, f"Metamon {probe.stdout.strip() or '(commit unknown)'} under {python}"
 
 
@@ -158,9 +164,10 @@ def measure(fmt: str, replays: list[dict], metamon: Metamon | None, block_size: 
     refusals: dict[str, int] = {}
     for start in range(0, len(replays), block_size):
         block = list(range(start, min(start + block_size, len(replays))))
-        theirs = metamon.parse(block) if with_metamon else [(True, 0.0, 0, None)] * len(block)
-        mine = []
-        for i in block:
+        theirs, mine = [], []
+        for k, i in enumerate(block):  # the two parsers take turns replay by replay, each going first in turn
+            if with_metamon and k % 2 == 0:
+                theirs += metamon.parse([i])
             t0 = time.process_time()
             try:
                 num_rows = len(ours(replays[i], dex))  # the rows are dropped here
@@ -169,6 +176,10 @@ def measure(fmt: str, replays: list[dict], metamon: Metamon | None, block_size: 
                 mine.append((False, 0.0, 0))
                 kind = f"replayforge {type(err).__name__}"
                 refusals[kind] = refusals.get(kind, 0) + 1
+            if with_metamon and k % 2 == 1:
+                theirs += metamon.parse([i])
+            if not with_metamon:
+                theirs.append((True, 0.0, 0, None))
         common = [i for i, m, t in zip(block, mine, theirs, strict=True) if m[0] and t[0]]
         for m, t in zip(mine, theirs, strict=True):
             if not (m[0] and t[0]):
