@@ -272,8 +272,9 @@ class Observer:
                          ((True, ("unknownmove", "unknowntype", "unknowncategory")), (False, (BLANK, BLANK, BLANK)))}
         self._switches: dict[tuple[int, ...], tuple] = {}
 
-    def _ids(self, words) -> list[int]:
-        return list(map(self.vocab.get, words, itertools.repeat(UNK_ID, len(words))))
+    def _ids(self, words) -> tuple[int, ...]:
+        # tuples of ints: the collector stops tracking them, unlike lists (cache entries live for a trajectory)
+        return tuple(map(self.vocab.get, words, itertools.repeat(UNK_ID, len(words))))
 
     def _active(self, mon: dict | None, opponent: bool) -> tuple:
         """(mon, text, ids, numbers) of an active Pokémon: numeric features 0-23 for the player's, 24-35 for the
@@ -312,8 +313,8 @@ class Observer:
         a, b, c, d = [self._move(moves[slot]) if slot < len(moves) else filler for slot in range(NUM_MOVES)]
         text, ids = f"{a[0]} {b[0]} {c[0]} {d[0]}", a[1] + b[1] + c[1] + d[1]
         if opponent:
-            return list(moves), text, ids, (a[2], b[2], c[2], d[2])
-        return list(moves), text, ids, (a[2], b[2], c[2], d[2], a[3], b[3], c[3], d[3], a[4], b[4], c[4], d[4],
+            return moves, text, ids, (a[2], b[2], c[2], d[2])
+        return moves, text, ids, (a[2], b[2], c[2], d[2], a[3], b[3], c[3], d[3], a[4], b[4], c[4], d[4],
                                         a[5], b[5], c[5], d[5])
 
     def _move(self, move: dict) -> tuple:
@@ -336,7 +337,7 @@ class Observer:
                 mon = switches[slot] if slot < len(switches) else None
                 words += _switch_words(mon)
                 hps.append(mon["hp_pct"] if mon is not None else 0.0)
-            hit = self._switches[key] = (list(switches), " ".join(words), self._ids(words), hps)
+            hit = self._switches[key] = (switches, " ".join(words), self._ids(words), tuple(hps))
         return hit
 
     def __call__(self, state: dict) -> tuple[str, list[int], list[float], int]:

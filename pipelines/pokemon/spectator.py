@@ -66,16 +66,14 @@ class Known:
     tera_type: str | None = None
 
 
-def hindsight(lines: list[str]) -> tuple[dict[str, dict[str, Known]], dict[str, list[str]]]:
-    """(side -> nickname -> Known, side -> team order) from one pass over the log."""
+def hindsight(split_lines: list[list[str]]) -> tuple[dict[str, dict[str, Known]], dict[str, list[str]]]:
+    """(side -> nickname -> Known, side -> team order) from one pass over the log's protocol lines, each split
+    on ``|``."""
     known: dict[str, dict[str, Known]] = {"p1": {}, "p2": {}}
     order: dict[str, list[str]] = {"p1": [], "p2": []}
     transformed: dict[tuple[str, str], tuple[str, str]] = {}  # (side, nick) → whom it copied
     mimicked: dict[tuple[str, str], str] = {}  # (side, nick) → the move Mimic put in its Mimic slot
-    for line in lines:
-        if not line.startswith("|"):
-            continue
-        parts = line.split("|")
+    for parts in split_lines:
         kind = parts[1] if len(parts) > 1 else ""
         try:
             if kind in ("switch", "drag", "replace"):
@@ -148,8 +146,9 @@ class SpectatorParser:
 
     def __init__(self, dex: Dex, format_id: str, lines: list[str]):
         self.tracker = BattleTracker(dex, format_id)
-        self.lines = lines
-        self.known, self.order = hindsight(lines)
+        self.lines = [line for line in lines if line.startswith("|")]
+        self.split_lines = [line.split("|") for line in self.lines]  # both passes read the same split
+        self.known, self.order = hindsight(self.split_lines)
         self.tera_allowed = dex.gen >= 9
         self.steps: dict[str, list[tuple[dict, int, list[bool]]]] = {"p1": [], "p2": []}
         self.turns: dict[str, list[int]] = {"p1": [], "p2": []}
@@ -166,7 +165,7 @@ class SpectatorParser:
                            for side_id, team in self.known.items() for nick, k in team.items()}
         self._switches: dict[str, list[dict]] = {"p1": [], "p2": []}  # the last available_switches, to share
         self._teampreview: dict[str, list[str]] = {"p1": [], "p2": []}  # the last opponent_teampreview, to share
-        self._benches: dict[str, list[list[str]]] = {"p1": [], "p2": []}  # switch targets behind each decision
+        self._benches: dict[str, list[tuple[str, ...]]] = {"p1": [], "p2": []}  # switch targets of each decision
 
     # ------------------------------------------------------------------ rendering
     def _own(self, side: Side, nick: str, mon: Mon | None) -> dict:
@@ -211,7 +210,7 @@ class SpectatorParser:
             return tuple(self.mimicked[(side_id, nick)] if m == "mimic" else m for m in own)
         return own
 
-    def _bench(self, side: Side) -> list[str]:
+    def _bench(self, side: Side) -> tuple[str, ...]:
         """Nicknames of the side's known, unfainted, benched Pokémon in team order."""
         active = side.active.name if side.active else None
         out = []
@@ -219,15 +218,15 @@ class SpectatorParser:
             mon = side.mons.get(nick)
             if nick != active and not (mon is not None and mon.status == "fnt"):
                 out.append(nick)
-        return out[:NUM_SWITCHES]
+        return tuple(out[:NUM_SWITCHES])
 
-    def _render(self, side_id: str, forced: bool) -> tuple[dict, list[str]]:
+    def _render(self, side_id: str, forced: bool) -> tuple[dict, tuple[str, ...]]:
         tracker = self.tracker
         side = tracker.sides[side_id]
         foe = tracker.sides["p2" if side_id == "p1" else "p1"]
         bench = self._bench(side)
         player_active = self._own(side, side.active.name, side.active) if side.active else None
-        known_fainted = sum(1 for m in side.mons.values() if m.status == "fnt")
+        known_fainted = [m.status for m in side.mons.values()].count("fnt")
         # Lists equal to the previous decision's are that list, shared (never mutated): fewer objects for the
         # cyclic collector to walk, and Arrow and the observation convert a shared object once.
         switches = [self._own(side, nick, side.mons.get(nick)) for nick in bench]
@@ -276,10 +275,7 @@ class SpectatorParser:
     def run(self) -> None:
         tracker = self.tracker
         started = False
-        for line in self.lines:
-            if not line.startswith("|"):
-                continue
-            parts = line.split("|")
+        for line, parts in zip(self.lines, self.split_lines, strict=True):
             kind = parts[1] if len(parts) > 1 else ""
             if kind == "turn":
                 started = True  # switch-ins before turn 1 are leads, not decisions

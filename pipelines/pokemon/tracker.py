@@ -155,6 +155,7 @@ class BattleTracker:
         self._mon_memo: dict[tuple, dict] = {}
         self._mon_moves_memo: dict[tuple, dict] = {}
         self._conditions_memo: dict[tuple, list[str]] = {}
+        self._lists: dict[tuple[str, ...], list[str]] = {}
         self._field_memo: dict[tuple, list[str]] = {}
 
     # ------------------------------------------------------------------ feeding lines
@@ -465,7 +466,10 @@ class BattleTracker:
     # object), which keeps rendering, observation and Arrow conversion cheap. Callers must never mutate them.
     def move_state(self, move_id: str, *, pp: int | None = None, max_pp: int | None = None,
                    used: int = 0) -> dict:
-        key = (move_id, pp, max_pp, used)
+        if pp is None and max_pp is None:  # PP from the dex and the uses seen: most calls, a smaller key
+            key: tuple = (move_id, used)
+        else:
+            key = (move_id, pp, max_pp, used)
         hit = self._move_memo.get(key)
         if hit is not None:
             return hit
@@ -510,11 +514,12 @@ class BattleTracker:
         entry = self.dex.species[species_id]
         stats = entry["base_stats"]
         boosts = mon.boosts
+        types = tuple(mon.types if mon.types is not None else entry["types"])
+        effects = tuple(sorted(mon.effects))
         return {
             "name": species_id, "base_species": entry["base_species"], "hp_pct": mon.hp_pct,
-            "types": list(mon.types) if mon.types is not None else list(entry["types"]),
-            "item": mon.item, "ability": mon.ability, "level": mon.level, "status": mon.status,
-            "effects": sorted(mon.effects), "moves": moves,
+            "types": self._shared_list(types), "item": mon.item, "ability": mon.ability, "level": mon.level,
+            "status": mon.status, "effects": self._shared_list(effects), "moves": moves,
             "atk_boost": boosts.get("atk_boost", 0), "def_boost": boosts.get("def_boost", 0),
             "spa_boost": boosts.get("spa_boost", 0), "spd_boost": boosts.get("spd_boost", 0),
             "spe_boost": boosts.get("spe_boost", 0), "accuracy_boost": boosts.get("accuracy_boost", 0),
@@ -523,6 +528,14 @@ class BattleTracker:
             "base_spd": stats["spd"], "base_spe": stats["spe"],
             "tera_type": mon.tera_type, "terastallized": mon.terastallized,
         }
+
+    def _shared_list(self, values: tuple[str, ...]) -> list[str]:
+        """One list per distinct content, shared by the rendered Pokémon (never mutate it): a new list per render
+        was a third of the objects the cyclic collector walked while parsing."""
+        hit = self._lists.get(values)
+        if hit is None:
+            hit = self._lists[values] = list(values)
+        return hit
 
     def conditions(self, side: Side) -> list[str]:
         """The side's conditions, sorted, a layered one once per layer (memoized, shared: never mutate it)."""
@@ -546,6 +559,9 @@ class BattleTracker:
     def prev_move_state(self, side: Side) -> dict | None:
         if side.prev_move is None or side.prev_move in ("recharge",):
             return None
+        hit = self._move_memo.get((side.prev_move, 0))
+        if hit is not None:
+            return hit
         try:
             return self.move_state(side.prev_move)
         except UnknownDexEntry as err:

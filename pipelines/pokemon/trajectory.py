@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from pipelines.errors import IllegalActionError
@@ -42,15 +43,22 @@ class TrajectoryMeta:
 def derived_mask(state: dict) -> list[bool]:
     """The legal actions implied by a state alone (no request): move slots the active knows unless it must
     switch, one switch per available bench Pokémon, tera moves while tera is possible. Cannot see Disable,
-    zero PP, trapping or choice locks, so it is a superset of the true mask."""
-    mask = [False] * NUM_ACTIONS
+    zero PP, trapping or choice locks, so it is a superset of the true mask. The list is shared by every state
+    with the same mask: never mutate it."""
     active = state["player_active"]
     num_moves = len(active["moves"]) if active and not state["forced_switch"] else 0
-    for slot in range(min(num_moves, NUM_MOVES)):
+    return _mask(min(num_moves, NUM_MOVES), min(len(state["available_switches"]), NUM_SWITCHES),
+                 bool(state["can_tera"]))
+
+
+@functools.cache
+def _mask(num_moves: int, num_switches: int, can_tera: bool) -> list[bool]:
+    mask = [False] * NUM_ACTIONS
+    for slot in range(num_moves):
         mask[slot] = True
-        if state["can_tera"]:
+        if can_tera:
             mask[NUM_MOVES + NUM_SWITCHES + slot] = True
-    for slot in range(min(len(state["available_switches"]), NUM_SWITCHES)):
+    for slot in range(num_switches):
         mask[NUM_MOVES + slot] = True
     return mask
 
