@@ -60,10 +60,17 @@ def _effect_id(raw: str) -> str:
 
 
 class Mon:
-    """One Pokémon as the watching player knows it."""
+    """One Pokémon as the watching player knows it.
+
+    ``revision`` goes up whenever a tracker handler may have changed it (every ``BattleTracker._mon`` lookup, and
+    the handlers that reach Pokémon otherwise), so a renderer can reuse what it rendered at the same revision;
+    ``aliased`` is set once it shares its boosts and effects with another Pokémon (``|replace|``), whose changes
+    then change it too without a revision: never reuse by revision then. Code outside the tracker that changes a
+    Mon (``pov.py``'s request) does not count revisions, and its renders do not read them.
+    """
 
     __slots__ = ("name", "species", "level", "hp_pct", "status", "types", "item", "ability", "moves",
-                 "boosts", "effects", "tera_type", "terastallized", "active", "exact_pp")
+                 "boosts", "effects", "tera_type", "terastallized", "active", "exact_pp", "revision", "aliased")
 
     def __init__(self, name: str, species: str, level: int, gen: int):
         self.name = name
@@ -81,6 +88,8 @@ class Mon:
         self.tera_type = "unknowntype" if gen >= 9 else "notype"
         self.terastallized = False
         self.active = False
+        self.revision = 0
+        self.aliased = False
 
     def set_condition(self, condition: str) -> None:
         """Apply ``hp/max status`` or ``0 fnt``."""
@@ -189,6 +198,7 @@ class BattleTracker:
             if details is None:
                 active = side.active
                 if active is not None and active.name == name:
+                    active.revision += 1
                     return active
                 raise ProtocolError(f"{raw_ident!r} appears before it was switched in")
             species, level, tera = _details(details)
@@ -196,6 +206,7 @@ class BattleTracker:
             if tera:
                 mon.tera_type = tera
             side.mons[name] = mon
+        mon.revision += 1  # the handler that asked for it may change it
         return mon
 
     def _side_of(self, raw_ident: str) -> Side:
@@ -253,6 +264,7 @@ class BattleTracker:
             keep = side.prev_move in ("batonpass", "shedtail") and parts[1] == "switch"
             carried = dict(previous.boosts) if keep else {}
             previous.switch_out()
+            previous.revision += 1
             mon.boosts = carried
         side.active = mon
         mon.active = True
@@ -266,6 +278,8 @@ class BattleTracker:
         if old is not None and old is not mon:
             mon.hp_pct, mon.status, mon.boosts, mon.effects = old.hp_pct, old.status, old.boosts, old.effects
             old.active = False
+            old.revision += 1
+            old.aliased = mon.aliased = True
         side.active = mon
         mon.active = True
 
@@ -328,6 +342,7 @@ class BattleTracker:
         for mon in self._side_of(parts[2]).mons.values():
             if mon.status != "fnt":
                 mon.status = "nostatus"
+                mon.revision += 1
 
     def _change_boost(self, parts, sign):
         mon = self._mon(parts[2])
@@ -358,6 +373,7 @@ class BattleTracker:
         for side in self.sides.values():
             if side.active is not None:
                 side.active.boosts.clear()
+                side.active.revision += 1
 
     def _clearnegativeboost(self, parts):
         mon = self._mon(parts[2])
