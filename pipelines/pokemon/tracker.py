@@ -12,6 +12,8 @@ as the Showdown client does; malformed lines raise ``ProtocolError``.
 
 from __future__ import annotations
 
+import itertools
+
 from pipelines.errors import ProtocolError, UnknownMessageError
 from pipelines.pokemon.dex import TYPELESS, Dex, UnknownDexEntry, to_id
 
@@ -161,6 +163,7 @@ class BattleTracker:
         }
         self._last_mover: Mon | None = None
         self._move_memo: dict[tuple, dict] = {}
+        self._moves_by_use: dict[str, dict[int, dict]] = {}  # move id → PP used → render, with the dex's PP
         self._mon_memo: dict[tuple, dict] = {}
         self._mon_moves_memo: dict[tuple, dict] = {}
         self._conditions_memo: dict[tuple, list[str]] = {}
@@ -482,22 +485,30 @@ class BattleTracker:
     # object), which keeps rendering, observation and Arrow conversion cheap. Callers must never mutate them.
     def move_state(self, move_id: str, *, pp: int | None = None, max_pp: int | None = None,
                    used: int = 0) -> dict:
-        if pp is None and max_pp is None:  # PP from the dex and the uses seen: most calls, a smaller key
-            key: tuple = (move_id, used)
-        else:
-            key = (move_id, pp, max_pp, used)
+        if pp is None and max_pp is None:  # PP from the dex and the uses seen (most calls): no key tuple
+            by_use = self._moves_by_use.get(move_id)
+            if by_use is None:
+                by_use = self._moves_by_use[move_id] = {}
+            hit = by_use.get(used)
+            if hit is None:
+                hit = by_use[used] = self._render_move(move_id, None, None, used)
+            return hit
+        key = (move_id, pp, max_pp, used)
         hit = self._move_memo.get(key)
         if hit is not None:
             return hit
+        hit = self._move_memo[key] = self._render_move(move_id, pp, max_pp, used)
+        return hit
+
+    def _render_move(self, move_id: str, pp: int | None, max_pp: int | None, used: int) -> dict:
         entry = self.dex.move_entry(move_id)
         max_pp = entry["max_pp"] if max_pp is None else max_pp
-        out = self._move_memo[key] = {
+        return {
             "name": move_id if move_id in self.dex.moves else to_id(entry["name"]),
             "move_type": entry["type"], "category": entry["category"], "base_power": entry["base_power"],
             "accuracy": entry["accuracy"], "priority": entry["priority"],
             "current_pp": max(0, max_pp - used) if pp is None else pp, "max_pp": max_pp,
         }
-        return out
 
     def mon_key(self, mon: Mon) -> tuple:
         """Everything ``mon_state`` reads from a Mon (its moves excepted)."""
@@ -508,14 +519,14 @@ class BattleTracker:
 
     def mon_state(self, mon: Mon, moves: list[dict] | None = None) -> dict:
         """The rendered Pokémon (memoized, shared: never mutate it); ``moves`` default to the revealed ones."""
-        if moves is None:
-            key = (self.mon_key(mon), tuple(mon.moves.items()))  # what the default moves are made of
+        if moves is None:  # keys are flat tuples: one object each for the cyclic collector to see
+            key = (*self.mon_key(mon), *itertools.chain.from_iterable(mon.moves.items()))  # + the default moves
             hit = self._mon_memo.get(key)
             if hit is None:
                 moves = [self.move_state(m, used=used) for m, used in mon.moves.items()][:8]
                 hit = self._mon_memo[key] = self.render_mon(mon, moves)
             return hit
-        key = (self.mon_key(mon), tuple(map(id, moves)))  # move dicts are memoized: their ids are stable
+        key = (*self.mon_key(mon), *map(id, moves))  # move dicts are memoized: their ids are stable
         hit = self._mon_moves_memo.get(key)
         if hit is None:
             hit = self._mon_moves_memo[key] = self.render_mon(mon, moves)
@@ -576,7 +587,7 @@ class BattleTracker:
     def prev_move_state(self, side: Side) -> dict | None:
         if side.prev_move is None or side.prev_move in ("recharge",):
             return None
-        hit = self._move_memo.get((side.prev_move, 0))
+        hit = self._moves_by_use.get(side.prev_move, {}).get(0)
         if hit is not None:
             return hit
         try:
