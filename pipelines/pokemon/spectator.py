@@ -45,6 +45,11 @@ _NOT_OWN_CALLERS = ("metronome", "copycat", "assist", "mefirst", "mirrormove", "
                     "snatch")
 _FORCED_ONLY = ("struggle", "recharge")
 _SLEEP_USABLE = ("sleeptalk", "snore")  # the moves with ``sleepUsable: true`` in pokemon-showdown 0.11.11's dex
+_HINDSIGHT_KINDS = frozenset(("switch", "drag", "replace", "move", "cant", "-transform", "-start", "-activate",
+                              "-terastallize", "-item", "-enditem", "-ability"))
+# the kinds the walk reads besides the tracker; every other line goes to the tracker only
+_WALK_KINDS = frozenset(("turn", "switch", "drag", "move", "cant", "-transform", "-start", "-activate",
+                         "-terastallize"))
 
 
 def cant_actor_and_move(parts: list[str]) -> tuple[str, str | None]:
@@ -75,6 +80,11 @@ def hindsight(lines: list[str]) -> tuple[dict[str, dict[str, Known]], dict[str, 
     for line in lines:
         if not line.startswith("|"):
             continue
+        reveals = "[from] " in line  # an item or ability named by [from] (Leftovers, Rough Skin...)
+        if not reveals:  # most lines (damage, turns, boosts...) say nothing a player knows in hindsight
+            end = line.find("|", 1)
+            if (line[1:end] if end > 0 else line[1:]) not in _HINDSIGHT_KINDS:
+                continue
         parts = line.split("|")
         kind = parts[1] if len(parts) > 1 else ""
         try:
@@ -127,7 +137,7 @@ def hindsight(lines: list[str]) -> tuple[dict[str, dict[str, Known]], dict[str, 
                 k = known[side].get(nick)
                 if k is not None and k.ability is None and not any("[from]" in p for p in parts[4:]):
                     k.ability = to_id(parts[3])
-            for p in parts[3:]:
+            for p in parts[3:] if reveals else ():
                 if p.startswith("[from] item: ") or p.startswith("[from] ability: "):
                     of = next((q[5:].strip() for q in parts if q.startswith("[of] ")), parts[2])
                     side, nick = _ident(of)
@@ -304,6 +314,9 @@ class SpectatorParser:
                 continue
             parts = line.split("|")
             kind = parts[1] if len(parts) > 1 else ""
+            if kind not in _WALK_KINDS:
+                tracker.apply_parts(parts, line)
+                continue
             if kind == "turn":
                 started = True  # switch-ins before turn 1 are leads, not decisions
                 self._close_turn()

@@ -163,6 +163,7 @@ class BattleTracker:
         }
         self._last_mover: Mon | None = None
         self._move_memo: dict[tuple, dict] = {}
+        self._idents: dict[str, tuple[str, str]] = {}  # raw identifier → _ident's reading of it
         self._moves_by_use: dict[str, dict[int, dict]] = {}  # move id → PP used → render, with the dex's PP
         self._mon_memo: dict[tuple, dict] = {}
         self._mon_moves_memo: dict[tuple, dict] = {}
@@ -192,7 +193,10 @@ class BattleTracker:
 
     # ------------------------------------------------------------------ helpers
     def _mon(self, raw_ident: str, details: str | None = None) -> Mon:
-        side_id, name = _ident(raw_ident)
+        ident = self._idents.get(raw_ident)
+        if ident is None:
+            ident = self._idents[raw_ident] = _ident(raw_ident)
+        side_id, name = ident
         side = self.sides.get(side_id)
         if side is None:
             raise ProtocolError(f"unknown side in {raw_ident!r}")
