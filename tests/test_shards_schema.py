@@ -107,6 +107,32 @@ def test_to_table_matches_from_pylist_and_round_trips_parquet(tmp_path):
         to_table([{"prev": None, "moves": [None]}], schema)
 
 
+def test_to_table_children_of_one_struct_type_converted_together():
+    """Children of the same nested struct type (alone or as list items) are converted together and sliced apart:
+    nulls stay where their field allows them, and are refused in the list items that do not."""
+    from shards_schema.declare import to_table
+
+    mon_type = TURNS_SCHEMA.field("state").type.field("player_active").type
+    schema = pa.schema([pa.field("s", pa.struct([
+        pa.field("active", mon_type, nullable=True), pa.field("other", mon_type, nullable=True),
+        pa.field("bench", pa.list_(pa.field("item", mon_type, nullable=False)), nullable=False)]), nullable=False)])
+    move = {"name": "tackle", "move_type": "normal", "category": "physical", "base_power": 40, "accuracy": 1.0,
+            "priority": 0, "current_pp": 56, "max_pp": 56}
+    mon = {"name": "eevee", "base_species": "eevee", "hp_pct": 0.5, "types": ["normal"], "item": "noitem",
+           "ability": "runaway", "level": 50, "status": "nostatus", "effects": [], "moves": [move],
+           **dict.fromkeys(["atk_boost", "def_boost", "spa_boost", "spd_boost", "spe_boost", "accuracy_boost",
+                            "evasion_boost"], 0),
+           **dict.fromkeys(["base_hp", "base_atk", "base_def", "base_spa", "base_spd", "base_spe"], 55),
+           "tera_type": "notype", "terastallized": False}
+    other = {**mon, "name": "jolteon", "effects": ["confusion"], "moves": []}
+    rows = [{"s": {"active": mon, "other": None, "bench": [other, mon]}},
+            {"s": {"active": None, "other": other, "bench": []}},
+            {"s": {"active": other, "other": mon, "bench": [mon]}}]
+    assert to_table(rows, schema).equals(pa.Table.from_pylist(rows, schema=schema))
+    with pytest.raises(ValueError, match="non-nullable"):
+        to_table([{"s": {"active": mon, "other": None, "bench": [None]}}], schema)
+
+
 def test_to_table_matches_from_pylist_on_parsed_rows():
     """``to_table`` (distinct sub-objects converted once, columns transposed in C) against its readable reference
     on real parser output: shared Pokémon dicts, null structs (no previous move yet), empty lists."""
