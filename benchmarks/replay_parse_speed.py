@@ -234,8 +234,9 @@ def main() -> None:
                 r = measure(fmt, replays[fmt], metamon, args.block_size)
                 rate = r["rate"]
                 mm = rate["metamon"]
-                ratios = (f"parse {rate['ours'] / mm:.1f}x Metamon, with Arrow {rate['arrow'] / mm:.1f}x; "
-                          if mm else "no Metamon ratio (Metamon not measured); ")
+                ratios = (f"parse {rate['ours'] / mm:.1f}x Metamon, with Arrow {rate['arrow'] / mm:.1f}x; " if mm
+                          else "no Metamon ratio (Metamon not measured); " if metamon is None
+                          else "no Metamon ratio (its parser takes Gen 1-4 only); ")
                 ratios += f"parse {rate['ours'] / rate['poke_env']:.1f}x poke-env+copy"
                 print(f"{fmt:9s} {r['used']:4d}/{r['battles']:<4d} {rate['ours']:10.1f}/s {rate['arrow']:7.1f}/s "
                       f"{rate['poke_env']:7.1f}/s {f'{mm:6.2f}/s' if mm else '      -'}  {ratios}")
