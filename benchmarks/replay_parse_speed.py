@@ -1,103 +1,255 @@
-"""Spectator-log parse speed per core on the shared bench replays, against baselines measured in the same run.
+"""Spectator-log parse speed per core, side by side with Metamon's own replay parser, in one run.
 
-    python benchmarks/replay_parse_speed.py
+    METAMON_PYTHON=/path/to/metamon-venv/bin/python python benchmarks/replay_parse_speed.py
+    python benchmarks/replay_parse_speed.py --formats gen1ou gen2ou gen4ou   # without Metamon: says so, no ratio
 
-Inputs: ``../shared/data/pokemon/bench_replays`` (200 gen1ou + 200 gen9ou simulator battles in the public replay
-JSON shape). Rates are trajectories (one player's view of one battle) per CPU-second of this process, i.e. per
-core. Printed side by side:
-- replayforge: log → both players' first-person states, actions and observations (the parser's output), and the
-  same plus conversion to Arrow in batches of 16 battles (what each parse actor does);
-- baseline measured here: poke-env's battle tracker fed the same logs, once per player, with a ``deepcopy`` of its
-  battle object at every decision point (the approach of Metamon's replay parser, which snapshots a poke-env
-  battle per state);
-- Metamon's own parser on these files on this machine kind, as recorded in the data's SOURCES.md (5.19 and 3.16
-  trajectories/s), for the ratio the goal is stated in.
+Inputs, in the public replay JSON shape: ``../shared/data/pokemon/bench_replays`` (200 gen1ou + 200 gen9ou simulator
+battles) and, for the other formats asked, ``--num-battles`` battles the pinned simulator plays between random
+players (seed ``--seed``; needs Node.js and ``make setup``; cached under ``.cache/bench_replays``).
+
+Each format's replays go in blocks of ``--block-size``. In a block, Metamon's parser (a child process under
+``METAMON_PYTHON``, ``benchmarks/metamon_parse_worker.py``, which says what its offline stand-ins are) and
+replayforge's parser take turns replay by replay (each going first every other replay: Metamon takes ~30x longer
+per replay, so turns of whole blocks would put its time and ours in different seconds of a machine whose load
+drifts); then replayforge's parser plus the Arrow conversion of the block's rows (what a parse actor does), then
+the poke-env baseline. Times are the CPU time
+(``time.process_time``) of each process around the parse calls only, with Python's default gc on in both processes;
+outputs are dropped after each replay (the Arrow pass holds one block's rows, as a parse actor holds its batch).
+Replays that either parser refuses are excluded from every figure and counted. Rates are trajectories (one
+player's view of one battle) per CPU-second, i.e. per core; ratios come from the same run only.
+
+The poke-env baseline: poke-env's battle tracker (this project's environment) fed the same logs once per player,
+with a ``deepcopy`` of its battle object at every turn, the approach of Metamon's parser (which deep-copies a
+poke-env-like state per decision).
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
-import gc
 import json
 import logging
+import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
 
-from pipelines.pokemon.dex import load_dex  # noqa: E402
+from pipelines.errors import InputError  # noqa: E402
+from pipelines.pokemon.dex import gen_of_format, load_dex  # noqa: E402
 from pipelines.pokemon.spectator import spectator_trajectories  # noqa: E402
 from shards_schema.declare import to_table  # noqa: E402
 from shards_schema.pokemon import TURNS_SCHEMA  # noqa: E402
 
-BENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "pokemon" / "bench_replays"
-METAMON_TRAJ_PER_S = {"gen1ou": 5.19, "gen9ou": 3.16}  # SOURCES.md: Metamon v1.4.0, one core of this machine
+SHARED_BENCH = REPO_ROOT.parent / "shared" / "data" / "pokemon" / "bench_replays"
+CACHE = REPO_ROOT / ".cache" / "bench_replays"
+WORKER = Path(__file__).resolve().parent / "metamon_parse_worker.py"
+METAMON_GENS = range(1, 5)
+"""Metamon's replay parser takes Gen 1-4 (its ``--gen`` choices); it is not run on other formats."""
 
 
-def cpu_timed(fn):
-    gc.collect()
-    gc.disable()  # as in the parse actors
+def load_replays(fmt: str, num_battles: int, seed: int) -> list[dict]:
+    if (SHARED_BENCH / fmt).is_dir():
+        return [json.loads(p.read_text()) for p in sorted((SHARED_BENCH / fmt).glob("*.json"))][:num_battles]
+    from pipelines.sources import generated
+
+    path = CACHE / f"{fmt}-seed{seed}-{generated.generator_revision()}.json"
+    if path.is_file():  # battle i does not depend on how many were played: a longer run's first N are these
+        cached = json.loads(path.read_text())
+        if len(cached) >= num_battles:
+            return cached[:num_battles]
+    print(f"{fmt}: playing {num_battles} battles with the simulator (cached in {path.parent})", flush=True)
+    chunk = generated.chunks([fmt], num_battles, seed, "random", "random", num_battles)[0]
+    replays = []
+    for battle_id, payload in generated.generate(chunk):
+        record = json.loads(payload)
+        replays.append({"id": battle_id, "format": fmt, "players": ["Bot 1", "Bot 2"],
+                        "log": "\n".join(record["spectator_log"]), "uploadtime": 1_735_787_400, "formatid": fmt,
+                        "rating": None})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(replays))
+    return replays
+
+
+class Metamon:
+    """Metamon's parser in a child process under its own interpreter (see ``metamon_parse_worker.py``)."""
+
+    def __init__(self, python: str):
+        self.proc = subprocess.Popen([python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+        self.replays_file: str | None = None
+
+    def load(self, replays: list[dict]) -> None:
+        if self.replays_file:
+            os.unlink(self.replays_file)
+        fd, self.replays_file = tempfile.mkstemp(suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(replays, f)
+        self.proc.stdin.write(json.dumps({"load": self.replays_file}) + "\n")
+
+    def parse(self, indices: list[int]) -> list[tuple[bool, float, int, str | None]]:
+        self.proc.stdin.write(json.dumps({"parse": indices}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the Metamon worker exited ({self.proc.wait()}); its stderr is above")
+        return [tuple(r) for r in json.loads(line)]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+        if self.replays_file:
+            os.unlink(self.replays_file)
+
+
+def metamon_python(arg: str | None) -> tuple[str | None, str]:
+    """(interpreter that imports Metamon's replay parser or None, what was found)."""
+    python = arg or os.environ.get("METAMON_PYTHON") or sys.executable
     try:
-        start = time.process_time()
-        out = fn()
-        return out, time.process_time() - start
-    finally:
-        gc.enable()
+        probe = subprocess.run([python, "-c", "import metamon.data.replay_dataset.parsed_replays.replay_parser."
+                                "parse_replays, subprocess; print(subprocess.run(['git', 'rev-parse', '--short', "
+                                "'HEAD'], cwd=metamon.__path__[0], capture_output=True, text=True).stdout.strip())"],
+                               capture_output=True, text=True)
+    except OSError as err:
+        return None, f"Metamon is not measured: {python} does not run ({err}); set METAMON_PYTHON (README)"
+    if probe.returncode != 0:
+        return None, (f"Metamon is not measured: it is not importable by {python} "
+                      f"({probe.stderr.strip().splitlines()[-1:]}); install it beside the project (README) and "
+                      f"set METAMON_PYTHON")
+    return python, f"Metamon {probe.stdout.strip() or '(commit unknown)'} under {python}"
 
 
-def ours(replays, dex):
-    return [spectator_trajectories(r["log"].split("\n"), dex, format_id=r["formatid"], battle_id=r["id"])
-            for r in replays]
+def ours(replay: dict, dex) -> list[dict]:
+    return spectator_trajectories(replay["log"].split("\n"), dex, format_id=replay["formatid"], battle_id=replay["id"])
 
 
-def ours_arrow(replays, dex):
-    for i in range(0, len(replays), 16):
-        to_table([row for rows in ours(replays[i:i + 16], dex) for row in rows], TURNS_SCHEMA)
-
-
-def poke_env_baseline(replays, gen):
-    """poke-env tracking of each player's view with a deepcopy of the battle at each decision point."""
+def poke_env_baseline(replay: dict, gen: int) -> int:
+    """poke-env tracking of each player's view with a deepcopy of the battle at each turn."""
     from poke_env.battle import Battle
 
     logger = logging.getLogger("baseline")
     logger.setLevel(logging.CRITICAL)
     snapshots = 0
-    for replay in replays:
-        for player in replay["players"][:2]:
-            battle = Battle(replay["id"], player, logger, gen)
-            for line in replay["log"].split("\n"):
-                parts = line.split("|")
-                if len(parts) < 2 or parts[1] in ("", "t:", "c", "j", "l", "raw", "inactive", "html", "win", "tie"):
-                    continue
-                try:
-                    battle.parse_message(parts)
-                except Exception:  # noqa: BLE001 - the baseline ignores what it cannot track, as Metamon does
-                    continue
-                if parts[1] == "turn":
-                    copy.deepcopy(battle)
-                    snapshots += 1
+    for player in replay["players"][:2]:
+        battle = Battle(replay["id"], player, logger, gen)
+        for line in replay["log"].split("\n"):
+            parts = line.split("|")
+            if len(parts) < 2 or parts[1] in ("", "t:", "c", "j", "l", "raw", "inactive", "html", "win", "tie"):
+                continue
+            try:
+                battle.parse_message(parts)
+            except Exception:  # noqa: BLE001 - the baseline ignores what it cannot track, as Metamon does
+                continue
+            if parts[1] == "turn":
+                copy.deepcopy(battle)
+                snapshots += 1
     return snapshots
 
 
+def measure(fmt: str, replays: list[dict], metamon: Metamon | None, block_size: int) -> dict:
+    gen = gen_of_format(fmt)
+    dex = load_dex(gen)
+    with_metamon = metamon is not None and gen in METAMON_GENS
+    if with_metamon:
+        metamon.load(replays)
+        metamon.parse(list(range(min(4, len(replays)))))  # imports and caches warm, not counted
+    to_table([row for replay in replays[:4] for row in ours(replay, dex)], TURNS_SCHEMA)  # lazy imports, caches
+    cpu = {"ours": 0.0, "arrow": 0.0, "poke_env": 0.0, "metamon": 0.0}
+    states = {"ours": 0, "metamon": 0}
+    used, refused = 0, {"metamon": 0, "ours": 0, "both": 0}
+    refusals: dict[str, int] = {}
+    for start in range(0, len(replays), block_size):
+        block = list(range(start, min(start + block_size, len(replays))))
+        theirs, mine = [], []
+        for k, i in enumerate(block):  # the two parsers take turns replay by replay, each going first in turn
+            if with_metamon and k % 2 == 0:
+                theirs += metamon.parse([i])
+            t0 = time.process_time()
+            try:
+                num_rows = len(ours(replays[i], dex))  # the rows are dropped here
+                mine.append((True, time.process_time() - t0, num_rows))
+            except InputError as err:
+                mine.append((False, 0.0, 0))
+                kind = f"replayforge {type(err).__name__}"
+                refusals[kind] = refusals.get(kind, 0) + 1
+            if with_metamon and k % 2 == 1:
+                theirs += metamon.parse([i])
+            if not with_metamon:
+                theirs.append((True, 0.0, 0, None))
+        common = [i for i, m, t in zip(block, mine, theirs, strict=True) if m[0] and t[0]]
+        for m, t in zip(mine, theirs, strict=True):
+            if not (m[0] and t[0]):
+                refused["both" if not m[0] and not t[0] else "ours" if not m[0] else "metamon"] += 1
+            if not t[0]:
+                kind = f"Metamon {t[3].split(':')[0]}"
+                refusals[kind] = refusals.get(kind, 0) + 1
+            if m[0] and t[0]:
+                cpu["ours"] += m[1]
+                cpu["metamon"] += t[1]
+                states["ours"] += m[2]
+                states["metamon"] += t[2]
+        used += len(common)
+        t0 = time.process_time()
+        to_table([row for i in common for row in ours(replays[i], dex)], TURNS_SCHEMA)
+        cpu["arrow"] += time.process_time() - t0
+        t0 = time.process_time()
+        for i in common:
+            poke_env_baseline(replays[i], gen)
+        cpu["poke_env"] += time.process_time() - t0
+    trajectories = 2 * used
+    rate = {k: trajectories / v if v else None for k, v in cpu.items()}
+    if not with_metamon:
+        rate["metamon"] = None
+    return {"format": fmt, "battles": len(replays), "used": used, "refused": refused, "refusals": refusals,
+            "rate": rate, "states_per_trajectory": {k: v / trajectories if trajectories else 0 for k, v in
+                                                    states.items()}}
+
+
 def main() -> None:
-    if not BENCH.is_dir():
-        raise SystemExit(f"{BENCH} is not available")
-    print(f"{'format':8s} {'replayforge parse':>18s} {'+ Arrow':>9s} {'poke-env+copy':>14s} {'Metamon':>8s}  ratios")
-    for fmt in ("gen1ou", "gen9ou"):
-        replays = [json.loads(p.read_text()) for p in sorted((BENCH / fmt).glob("*.json"))]
-        gen = int(fmt[3])
-        dex = load_dex(gen)
-        trajectories = 2 * len(replays)
-        ours(replays[:10], dex)  # warm caches (vocabulary, dex)
-        _, parse_s = cpu_timed(lambda replays=replays, dex=dex: ours(replays, dex))
-        _, arrow_s = cpu_timed(lambda replays=replays, dex=dex: ours_arrow(replays, dex))
-        _, base_s = cpu_timed(lambda replays=replays, gen=gen: poke_env_baseline(replays, gen))
-        parse, arrow, base = trajectories / parse_s, trajectories / arrow_s, trajectories / base_s
-        metamon = METAMON_TRAJ_PER_S[fmt]
-        print(f"{fmt:8s} {parse:15.1f}/s {arrow:8.1f}/s {base:12.1f}/s {metamon:7.2f}/s  "
-              f"parse {parse / base:.1f}x poke-env+copy, {parse / metamon:.0f}x Metamon; "
-              f"with Arrow {arrow / base:.1f}x, {arrow / metamon:.0f}x")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--formats", nargs="+", default=["gen1ou", "gen4ou", "gen9ou"],
+                        help="gen1ou/gen9ou come from ../shared; others are played by the simulator")
+    parser.add_argument("--num-battles", type=int, default=200, help="battles per format (at most 200 from ../shared)")
+    parser.add_argument("--seed", type=int, default=16, help="seed of the simulator's battles")
+    parser.add_argument("--block-size", type=int, default=16, help="replays per block (and per Arrow conversion)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs over all formats, each printed")
+    parser.add_argument("--metamon-python", help="interpreter where Metamon is importable (default: $METAMON_PYTHON, "
+                                                 "else this one)")
+    args = parser.parse_args()
+
+    python, found = metamon_python(args.metamon_python)
+    print(found)
+    metamon = Metamon(python) if python else None
+    replays = {fmt: load_replays(fmt, args.num_battles, args.seed) for fmt in args.formats}
+    try:
+        for run in range(args.repeat):
+            print(f"\nrun {run + 1}: CPU time of the parse calls, trajectories per CPU-second, same run")
+            print(f"{'format':9s} {'battles':>9s} {'replayforge':>12s} {'+ Arrow':>9s} {'poke-env':>9s} "
+                  f"{'Metamon':>8s}  ratios")
+            for fmt in args.formats:
+                r = measure(fmt, replays[fmt], metamon, args.block_size)
+                rate = r["rate"]
+                mm = rate["metamon"]
+                ratios = (f"parse {rate['ours'] / mm:.1f}x Metamon, with Arrow {rate['arrow'] / mm:.1f}x; " if mm
+                          else "no Metamon ratio (Metamon not measured); " if metamon is None
+                          else "no Metamon ratio (its parser takes Gen 1-4 only); ")
+                ratios += f"parse {rate['ours'] / rate['poke_env']:.1f}x poke-env+copy"
+                print(f"{fmt:9s} {r['used']:4d}/{r['battles']:<4d} {rate['ours']:10.1f}/s {rate['arrow']:7.1f}/s "
+                      f"{rate['poke_env']:7.1f}/s {f'{mm:6.2f}/s' if mm else '      -'}  {ratios}")
+                spt = r["states_per_trajectory"]
+                excluded = sum(r["refused"].values())
+                print(f"{'':9s} decisions per trajectory: replayforge {spt['ours']:.1f}"
+                      + (f", Metamon {spt['metamon']:.1f}" if mm else "")
+                      + (f"; excluded {excluded} ({r['refused']}: {r['refusals']})" if excluded else ""))
+    finally:
+        if metamon is not None:
+            metamon.close()
+    if metamon is None:
+        print("\nMetamon was not measured, so no ratio against it is printed (see the first line).")
 
 
 if __name__ == "__main__":

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
+from conftest import shared_data
 
 from pipelines.pokemon.observation import (
     OBS_WORD_FIELDS,
     UNK_ID,
+    Observer,
     decode_tokens,
     observation_numeric,
     observation_words,
@@ -134,3 +137,35 @@ def test_every_dex_move_item_and_ability_renders_87_known_words(gen):
         assert len(words) == OBS_WORDS and all(words), (gen, i, text)
         assert unknown == 0, [w for w in words if w not in vocab]
         assert len(tokens) == OBS_WORDS
+
+
+def test_observer_equals_observe_with_shared_and_changed_pokemon(state):
+    """The fast path caches each Pokémon's part by the dict's identity and role: the same dict in another role
+    (an active that was a switch), an equal-valued new dict, and blank slots must all render as ``observe``."""
+    observer = Observer("gen1ou")
+    swapped = {**state, "player_active": state["available_switches"][0],
+               "available_switches": [state["player_active"], *state["available_switches"][1:]]}
+    odd = copy.deepcopy(state)
+    odd["player_active"]["name"] = "notarealmon"
+    empty = {**state, "player_active": None, "opponent_active": None, "available_switches": [],
+             "forced_switch": True, "can_tera": True, "battle_field": ["trickroom", "gravity", "x"]}
+    for s in (state, swapped, state, odd, empty, copy.deepcopy(state), swapped):
+        assert observer(s) == observe(s, "gen1ou")
+
+
+def test_observer_equals_observe_on_every_row_of_the_shared_replays():
+    from pipelines.pokemon.dex import load_dex
+    from pipelines.pokemon.spectator import spectator_trajectories
+
+    paths = sorted(shared_data("pokemon", "showdown_replays").glob("*.json"))
+    bench = shared_data("pokemon", "bench_replays")
+    paths += sorted((bench / "gen1ou").glob("*.json"))[:20] + sorted((bench / "gen9ou").glob("*.json"))[:20]
+    rows = 0
+    for path in paths:
+        replay = json.loads(path.read_text())
+        for row in spectator_trajectories(replay["log"].split("\n"), load_dex(int(replay["formatid"][3])),
+                                          format_id=replay["formatid"], battle_id=replay["id"]):
+            got = (row["obs_text"], row["obs_tokens"], row["obs_numeric"], row["obs_unknown_words"])
+            assert got == observe(row["state"], row["format"]), (path.name, row["turn_index"])
+            rows += 1
+    assert rows > 2000

@@ -107,6 +107,54 @@ def test_to_table_matches_from_pylist_and_round_trips_parquet(tmp_path):
         to_table([{"prev": None, "moves": [None]}], schema)
 
 
+def test_to_table_children_of_one_struct_type_converted_together():
+    """Children of the same nested struct type (alone or as list items) are converted together and sliced apart:
+    nulls stay where their field allows them, and are refused in the list items that do not."""
+    from shards_schema.declare import to_table
+
+    mon_type = TURNS_SCHEMA.field("state").type.field("player_active").type
+    schema = pa.schema([pa.field("s", pa.struct([
+        pa.field("active", mon_type, nullable=True), pa.field("other", mon_type, nullable=True),
+        pa.field("bench", pa.list_(pa.field("item", mon_type, nullable=False)), nullable=False)]), nullable=False)])
+    move = {"name": "tackle", "move_type": "normal", "category": "physical", "base_power": 40, "accuracy": 1.0,
+            "priority": 0, "current_pp": 56, "max_pp": 56}
+    mon = {"name": "eevee", "base_species": "eevee", "hp_pct": 0.5, "types": ["normal"], "item": "noitem",
+           "ability": "runaway", "level": 50, "status": "nostatus", "effects": [], "moves": [move],
+           **dict.fromkeys(["atk_boost", "def_boost", "spa_boost", "spd_boost", "spe_boost", "accuracy_boost",
+                            "evasion_boost"], 0),
+           **dict.fromkeys(["base_hp", "base_atk", "base_def", "base_spa", "base_spd", "base_spe"], 55),
+           "tera_type": "notype", "terastallized": False}
+    other = {**mon, "name": "jolteon", "effects": ["confusion"], "moves": []}
+    rows = [{"s": {"active": mon, "other": None, "bench": [other, mon]}},
+            {"s": {"active": None, "other": other, "bench": []}},
+            {"s": {"active": other, "other": mon, "bench": [mon]}}]
+    assert to_table(rows, schema).equals(pa.Table.from_pylist(rows, schema=schema))
+    with pytest.raises(ValueError, match="non-nullable"):
+        to_table([{"s": {"active": mon, "other": None, "bench": [None]}}], schema)
+
+
+def test_to_table_matches_from_pylist_on_parsed_rows():
+    """``to_table`` (distinct sub-objects converted once, columns transposed in C) against its readable reference
+    on real parser output: shared Pokémon dicts, null structs (no previous move yet), empty lists."""
+    from conftest import shared_data
+
+    from pipelines.pokemon.dex import load_dex
+    from pipelines.pokemon.spectator import spectator_trajectories
+    from shards_schema.declare import to_table
+
+    rows = []
+    for path in sorted(shared_data("pokemon", "showdown_replays").glob("*.json")):
+        replay = json.loads(path.read_text())
+        rows += spectator_trajectories(replay["log"].split("\n"), load_dex(int(replay["formatid"][3])),
+                                       format_id=replay["formatid"], battle_id=replay["id"])
+    assert any(r["state"]["player_prev_move"] is None for r in rows)
+    actives = [r["state"]["player_active"] for r in rows]
+    assert any(a is b for a, b in zip(actives[:-1], actives[1:], strict=True))  # shared between rows
+    assert to_table(rows, TURNS_SCHEMA).equals(pa.Table.from_pylist(rows, schema=TURNS_SCHEMA))
+    assert to_table(rows[:1], TURNS_SCHEMA).equals(pa.Table.from_pylist(rows[:1], schema=TURNS_SCHEMA))
+    assert to_table([], TURNS_SCHEMA).equals(TURNS_SCHEMA.empty_table())
+
+
 def _manifest_dir(tmp_path, text: str):
     version = tmp_path / "pokemon_turns" / "v1-p1-o1-0000"
     version.mkdir(parents=True)

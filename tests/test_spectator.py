@@ -389,3 +389,40 @@ def test_a_move_an_encore_begun_this_turn_forces_is_not_the_choice():
     assert p1["action"] == -1 and action_meaning(p2["state"], p2["action"]) == ("move", "uturn", False)
     assert action_meaning(*(lambda r: (r["state"], r["action"]))(_by_turn(rows, "p1")[(2, False)])) == (
         "switch", "slowking")
+
+
+def _tracked_state(mon):
+    return mon.species, mon.level, mon.hp_pct, mon.status, mon.types, mon.item, mon.ability, \
+        dict(mon.moves), dict(mon.boosts), set(mon.effects), mon.tera_type, mon.terastallized, mon.active
+
+
+def test_every_change_to_a_pokemon_raises_its_revision():
+    """The spectator parser reuses a Pokémon's render while its revision stays (``SpectatorParser._own``): every
+    line of the shared replays that changes a tracked Pokémon must raise its revision, or mark it aliased. The
+    appended lines reach Pokémon without naming them (a switch-out, Heal Bell, Haze, Illusion breaking)."""
+    from pipelines.pokemon.tracker import BattleTracker
+
+    replays = [json.loads(p.read_text()) for p in sorted(shared_data("pokemon", "showdown_replays").glob("*.json"))]
+    bench = shared_data("pokemon", "bench_replays")
+    for fmt in ("gen1ou", "gen9ou"):
+        replays += [json.loads(p.read_text()) for p in sorted((bench / fmt).glob("*.json"))[:25]]
+    checked = set()
+    for replay in replays:
+        lines = replay["log"].split("\n")
+        end = next(i for i, line in enumerate(lines) if line.split("|")[1:2] in (["win"], ["tie"]))
+        tracker = BattleTracker(DEXES[int(replay["formatid"][3])], replay["formatid"])
+        extra = []
+        if replay["formatid"] == "gen9ou":
+            p1 = [m for m in lines[:end] if m.startswith("|switch|p1a: ")][-1].split("|")
+            extra = [f"|-boost|{p1[2]}|atk|2", f"|-cureteam|{p1[2]}|[from] move: Heal Bell", "|-clearallboost",
+                     f"|-start|{p1[2]}|confusion", f"|replace|{p1[2].split(':')[0]}: Zorua|Zoroark-Hisui, L80",
+                     f"|-boost|{p1[2].split(':')[0]}: Zorua|spe|1"]
+        for line in lines[:end] + extra:
+            mons = [m for side in tracker.sides.values() for m in side.mons.values()]
+            before = [(m, _tracked_state(m), m.revision) for m in mons]
+            tracker.apply(line)
+            for mon, state, revision in before:
+                if _tracked_state(mon) != state:
+                    assert mon.revision != revision or mon.aliased, (replay["id"], line, mon.name)
+                    checked.add(line.split("|")[1])
+    assert {"switch", "-damage", "move", "-boost", "-cureteam", "-clearallboost", "-start", "replace"} <= checked

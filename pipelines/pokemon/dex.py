@@ -14,7 +14,7 @@ import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -27,8 +27,10 @@ TYPELESS = "threequestionmarks"
 id (``toID("???")``) is empty and an empty word would vanish from the observation text."""
 
 
+@lru_cache(maxsize=1 << 14)  # bounded: logs may hold any text; real ones repeat a few thousand names
 def to_id(name: str) -> str:
-    """Showdown's ``toID``: lowercase alphanumerics only."""
+    """Showdown's ``toID``: lowercase alphanumerics only. Parsers call it several times per protocol line; the
+    regex took 0.75 us a call, a cached name 0.07 us (measured on move, item and effect names)."""
     return _NON_ID.sub("", name.lower())
 
 

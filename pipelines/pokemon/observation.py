@@ -30,6 +30,8 @@ word comes from.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import re
 from functools import cache
 from pathlib import Path
@@ -141,18 +143,6 @@ def _switch_words(mon: dict | None) -> list[str]:
     return [mon["name"], mon["item"], mon["ability"], types[0], types[1], mon["status"], mon["tera_type"]]
 
 
-def _cached(cache: dict | None, fn, mon: dict | None, **kw) -> list:
-    """``fn(mon)``, memoized by object identity within one trajectory (rendered Pokémon dicts are shared
-    between rows; the cache holds a reference, so an id is never reused while it lives)."""
-    if cache is None or mon is None:
-        return fn(mon, **kw)
-    key = (fn, id(mon))
-    hit = cache.get(key)
-    if hit is None:
-        hit = cache[key] = (mon, fn(mon, **kw))
-    return hit[1]
-
-
 def _ids(words: list[str]) -> list[int]:
     vocab = vocabulary()
     return [vocab.get(w, UNK_ID) for w in words]
@@ -184,15 +174,14 @@ def _global_words(state: dict, format_id: str) -> list[str]:
     ]
 
 
-def observation_tokens(state: dict, format_id: str, cache: dict | None = None) -> tuple[list[str], list[int]]:
+def observation_tokens(state: dict, format_id: str) -> tuple[list[str], list[int]]:
     """The 87 words of a state and their ids (see the module docstring for the layout)."""
     words = _global_words(state, format_id)
     tokens = _ids(words)
     switches = state["available_switches"]
-    parts = [_cached(cache, _active_tokens, state["player_active"], opponent=False),
-             _cached(cache, _active_tokens, state["opponent_active"], opponent=True)]
-    parts += [_cached(cache, _switch_tokens, switches[slot] if slot < len(switches) else None)
-              for slot in range(NUM_SWITCHES)]
+    parts = [_active_tokens(state["player_active"], opponent=False),
+             _active_tokens(state["opponent_active"], opponent=True)]
+    parts += [_switch_tokens(switches[slot] if slot < len(switches) else None) for slot in range(NUM_SWITCHES)]
     for part_words, part_tokens in parts:
         words += part_words
         tokens += part_tokens
@@ -228,13 +217,13 @@ def _move_numbers(mon: dict | None, key: str, scale: float) -> list[float]:
     return [moves[i][key] / scale if i < len(moves) else 0.0 for i in range(NUM_MOVES)]
 
 
-def observation_numeric(state: dict, cache: dict | None = None) -> list[float]:
+def observation_numeric(state: dict) -> list[float]:
     """The 48 numeric features of a state (see the module docstring for the layout)."""
     me, opp = state["player_active"], state["opponent_active"]
     switches = state["available_switches"]
     numeric = [
-        *_cached(cache, _own_numbers, me),
-        *_cached(cache, _foe_numbers, opp),
+        *_own_numbers(me),
+        *_foe_numbers(opp),
         *[switches[i]["hp_pct"] if i < len(switches) else 0.0 for i in range(NUM_SWITCHES)],
         state["player_remaining"] / 6.0,
         state["opponents_remaining"] / 6.0,
@@ -248,9 +237,132 @@ def observation_numeric(state: dict, cache: dict | None = None) -> list[float]:
     return numeric
 
 
-def observe(state: dict, format_id: str, cache: dict | None = None) -> tuple[str, list[int], list[float], int]:
-    """(text, token ids, numeric features, number of unknown words) for one state. ``cache``: a dict kept for
-    one trajectory, to reuse the parts of Pokémon that did not change between rows."""
-    words, tokens = observation_tokens(state, format_id, cache)
+def observe(state: dict, format_id: str) -> tuple[str, list[int], list[float], int]:
+    """(text, token ids, numeric features, number of unknown words) for one state: the readable reference of
+    ``Observer``."""
+    words, tokens = observation_tokens(state, format_id)
     unknown = tokens.count(UNK_ID)
-    return " ".join(words), tokens, observation_numeric(state, cache), unknown
+    return " ".join(words), tokens, observation_numeric(state), unknown
+
+
+class Observer:
+    """``observe`` for the rows of one trajectory, fast; equal output (``tests/test_observation.py`` compares them
+    on every row of the shared replays).
+
+    An active Pokémon's dict changes at most decisions (its PP, its HP), so its part of the observation is put
+    together from smaller parts that recur: its eight non-move words, its four move slots (words and numbers), its
+    boosts. The bench often stays the same from one decision to the next, so the five switch slots are cached per
+    distinct tuple of dicts. Dicts are keyed by identity (renderers share unchanged ones between rows, and never
+    mutate them); each cache entry holds the dicts it was made from, so an id is never reused while its entry
+    lives. Joining the parts' texts with spaces is joining their words.
+    """
+
+    def __init__(self, format_id: str, version: str = OBSERVATION_VERSION):
+        self.format_id = format_id
+        self.vocab = vocabulary(version)
+        self._active_parts: dict[tuple[int, bool], tuple] = {}
+        self._heads: dict[tuple[str, ...], tuple] = {}  # a Pokémon's eight non-move words
+        self._globals: dict[tuple[str, ...], tuple] = {}  # the twelve words before the Pokémon
+        self._move_slots: dict[tuple, tuple] = {}
+        self._boosts: dict[tuple[int, ...], tuple[float, ...]] = {}
+        self._moves: dict[int, tuple] = {}
+        assert NUM_MOVES == 4, "_slots unpacks four move slots"
+        # an empty slot: unrevealed for the opponent, blank for the player
+        self._fillers = {opponent: (" ".join(words), self._ids(words), 0.0, 0.0, 0.0, 0.0) for opponent, words in
+                         ((True, ("unknownmove", "unknowntype", "unknowncategory")), (False, (BLANK, BLANK, BLANK)))}
+        self._switches: dict[tuple[int, ...], tuple] = {}
+
+    def _ids(self, words) -> tuple[int, ...]:
+        # tuples of ints: the collector stops tracking them, unlike lists (cache entries live for a trajectory)
+        return tuple(map(self.vocab.get, words, itertools.repeat(UNK_ID, len(words))))
+
+    def _active(self, mon: dict | None, opponent: bool) -> tuple:
+        """(mon, text, ids, numbers) of an active Pokémon: numeric features 0-23 for the player's, 24-35 for the
+        opponent's."""
+        key = (id(mon), opponent)
+        hit = self._active_parts.get(key)
+        if hit is not None:
+            return hit
+        if mon is None:
+            words = _active_words(None, opponent=opponent)
+            hit = (None, " ".join(words), self._ids(words), _foe_numbers(None) if opponent else _own_numbers(None))
+            self._active_parts[key] = hit
+            return hit
+        name, item, ability, types, status, effects, tera_type, hp_pct, moves = _ACTIVE_FIELDS(mon)
+        head_words = (name, item, ability, types[0] if types else "notype", types[1] if len(types) > 1 else "notype",
+                      status, effects[0] if effects else "noeffect", tera_type)
+        head = self._heads.get(head_words)
+        if head is None:
+            head = self._heads[head_words] = (" ".join(head_words), self._ids(head_words))
+        slots_key = (opponent, *map(id, moves))
+        slots = self._move_slots.get(slots_key)
+        if slots is None:
+            slots = self._move_slots[slots_key] = self._slots(moves, opponent)
+        boost_values = _BOOST_VALUES(mon)
+        boosts = self._boosts.get(boost_values)
+        if boosts is None:
+            boosts = self._boosts[boost_values] = tuple(b / 6.0 for b in boost_values)
+        hit = self._active_parts[key] = (mon, f"{head[0]} {slots[1]}", head[1] + slots[2],
+                                         (hp_pct, *boosts, *slots[3]))
+        return hit
+
+    def _slots(self, moves: list[dict], opponent: bool) -> tuple:
+        """(moves, text, ids, numbers) of the four move slots: base power for the opponent; base powers,
+        accuracies, PP left and priorities for the player (``_own_numbers``' order)."""
+        filler = self._fillers[opponent]
+        a, b, c, d = [self._move(moves[slot]) if slot < len(moves) else filler for slot in range(NUM_MOVES)]
+        text, ids = f"{a[0]} {b[0]} {c[0]} {d[0]}", a[1] + b[1] + c[1] + d[1]
+        if opponent:
+            return moves, text, ids, (a[2], b[2], c[2], d[2])
+        return moves, text, ids, (a[2], b[2], c[2], d[2], a[3], b[3], c[3], d[3], a[4], b[4], c[4], d[4],
+                                        a[5], b[5], c[5], d[5])
+
+    def _move(self, move: dict) -> tuple:
+        """(text, ids, base power ÷ 200, accuracy, PP left ÷ max PP, priority ÷ 5, move) of one move slot."""
+        hit = self._moves.get(id(move))
+        if hit is None:
+            words = (move["name"], move["move_type"], move["category"])
+            hit = self._moves[id(move)] = (
+                " ".join(words), self._ids(words), move["base_power"] / 200.0, move["accuracy"] / 1.0,
+                move["current_pp"] / move["max_pp"] if move["max_pp"] else 0.0, move["priority"] / 5.0, move)
+        return hit
+
+    def _bench(self, switches: list[dict]) -> tuple:
+        """(mons, text, ids, HP fractions) of the five switch slots."""
+        key = tuple(map(id, switches))
+        hit = self._switches.get(key)
+        if hit is None:
+            words, hps = [], []
+            for slot in range(NUM_SWITCHES):
+                mon = switches[slot] if slot < len(switches) else None
+                words += _switch_words(mon)
+                hps.append(mon["hp_pct"] if mon is not None else 0.0)
+            hit = self._switches[key] = (switches, " ".join(words), self._ids(words), tuple(hps))
+        return hit
+
+    def __call__(self, state: dict) -> tuple[str, list[int], list[float], int]:
+        me, opp = state["player_active"], state["opponent_active"]
+        mine, theirs = self._active(me, opponent=False), self._active(opp, opponent=True)
+        bench = self._bench(state["available_switches"])
+        global_words = tuple(_global_words(state, self.format_id))
+        head = self._globals.get(global_words)
+        if head is None:
+            head = self._globals[global_words] = (" ".join(global_words), self._ids(global_words))
+        tokens = [*head[1], *mine[2], *theirs[2], *bench[2]]
+        if len(tokens) != OBS_WORDS:
+            raise AssertionError(f"{len(tokens)} words, not {OBS_WORDS}")
+        numeric = [
+            *mine[3], *theirs[3], *bench[3],
+            state["player_remaining"] / 6.0,
+            state["opponents_remaining"] / 6.0,
+            me["level"] / 100.0 if me else 0.0,
+            opp["level"] / 100.0 if opp else 0.0,
+            float(state["forced_switch"]),
+            float(me["terastallized"]) if me else 0.0,
+            float(opp["terastallized"]) if opp else 0.0,
+        ]
+        return f"{head[0]} {mine[1]} {theirs[1]} {bench[1]}", tokens, numeric, tokens.count(UNK_ID)
+
+_ACTIVE_FIELDS = operator.itemgetter("name", "item", "ability", "types", "status", "effects", "tera_type", "hp_pct",
+                                     "moves")
+_BOOST_VALUES = operator.itemgetter(*_BOOSTS)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from pipelines.errors import IllegalActionError
-from pipelines.pokemon.observation import observe
+from pipelines.pokemon.observation import Observer
 from shards_schema.pokemon import NUM_ACTIONS, NUM_MOVES, NUM_SWITCHES
 
 _RESULT_REWARD = {"win": 1.0, "loss": -1.0, "tie": 0.0, "unknown": 0.0}
@@ -42,15 +43,22 @@ class TrajectoryMeta:
 def derived_mask(state: dict) -> list[bool]:
     """The legal actions implied by a state alone (no request): move slots the active knows unless it must
     switch, one switch per available bench Pokémon, tera moves while tera is possible. Cannot see Disable,
-    zero PP, trapping or choice locks, so it is a superset of the true mask."""
-    mask = [False] * NUM_ACTIONS
+    zero PP, trapping or choice locks, so it is a superset of the true mask. The list is shared by every state
+    with the same mask: never mutate it."""
     active = state["player_active"]
     num_moves = len(active["moves"]) if active and not state["forced_switch"] else 0
-    for slot in range(min(num_moves, NUM_MOVES)):
+    return _mask(min(num_moves, NUM_MOVES), min(len(state["available_switches"]), NUM_SWITCHES),
+                 bool(state["can_tera"]))
+
+
+@functools.cache
+def _mask(num_moves: int, num_switches: int, can_tera: bool) -> list[bool]:
+    mask = [False] * NUM_ACTIONS
+    for slot in range(num_moves):
         mask[slot] = True
-        if state["can_tera"]:
+        if can_tera:
             mask[NUM_MOVES + NUM_SWITCHES + slot] = True
-    for slot in range(min(len(state["available_switches"]), NUM_SWITCHES)):
+    for slot in range(num_switches):
         mask[NUM_MOVES + slot] = True
     return mask
 
@@ -63,14 +71,14 @@ def build_rows(meta: TrajectoryMeta, steps: list[tuple[dict, int, list[bool]]], 
     """
     rows = []
     last = len(steps) - 1
-    cache: dict = {}
+    observe = Observer(meta.format)
     for i, ((state, action, mask), battle_turn) in enumerate(zip(steps, battle_turns, strict=True)):
         if action >= 0 and (action >= NUM_ACTIONS or not mask[action]):
             raise IllegalActionError(
                 f"{meta.trajectory_id} decision {i}: action {action} is not legal there (legal: "
                 f"{[a for a, ok in enumerate(mask) if ok]})"
             )
-        text, tokens, numeric, unknown = observe(state, meta.format, cache)
+        text, tokens, numeric, unknown = observe(state)
         rows.append({
             "trajectory_id": meta.trajectory_id, "battle_id": meta.battle_id, "format": meta.format,
             "player_side": meta.player_side, "player_name": meta.player_name, "opponent_name": meta.opponent_name,
