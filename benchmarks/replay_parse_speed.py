@@ -8,10 +8,12 @@ battles) and, for the other formats asked, ``--num-battles`` battles the pinned 
 players (seed ``--seed``; needs Node.js and ``make setup``; cached under ``.cache/bench_replays``).
 
 Each format's replays go in blocks of ``--block-size``. In a block, Metamon's parser (a child process under
-``METAMON_PYTHON``, ``benchmarks/metamon_parse_worker.py``, which says what its offline stand-ins are) and
-replayforge's parser take turns replay by replay (each going first every other replay: Metamon takes ~30x longer
-per replay, so turns of whole blocks would put its time and ours in different seconds of a machine whose load
-drifts); then replayforge's parser plus the Arrow conversion of the block's rows (what a parse actor does), then
+``METAMON_PYTHON``, ``benchmarks/metamon_parse_worker.py``, which says what its offline stand-ins are) parses the
+whole block, then replayforge's parser does, or the other way round (who goes first alternates from block to block;
+``--turns block``, the default). ``--turns replay`` makes them take turns replay by replay instead: every switch
+between the two processes then starts the next parse with caches the other process filled, which costs our ~6 ms
+parse of a replay a larger share than Metamon's ~225 ms one, so it reads lower for us (README: both, same day). Then
+replayforge's parser plus the Arrow conversion of the block's rows (what a parse actor does), then
 the poke-env baseline. Times are the CPU time
 (``time.process_time``) of each process around the parse calls only, with Python's default gc on in both processes;
 outputs are dropped after each replay (the Arrow pass holds one block's rows, as a parse actor holds its batch).
@@ -127,6 +129,18 @@ def ours(replay: dict, dex) -> list[dict]:
     return spectator_trajectories(replay["log"].split("\n"), dex, format_id=replay["formatid"], battle_id=replay["id"])
 
 
+def timed_parse(replay: dict, dex, refusals: dict[str, int]) -> tuple[bool, float, int]:
+    """(parsed, CPU seconds of the parse call, rows) for our parser; a refusal is counted in ``refusals``."""
+    t0 = time.process_time()
+    try:
+        num_rows = len(ours(replay, dex))  # the rows are dropped here
+        return True, time.process_time() - t0, num_rows
+    except InputError as err:
+        kind = f"replayforge {type(err).__name__}"
+        refusals[kind] = refusals.get(kind, 0) + 1
+        return False, 0.0, 0
+
+
 def poke_env_baseline(replay: dict, gen: int) -> int:
     """poke-env tracking of each player's view with a deepcopy of the battle at each turn."""
     from poke_env.battle import Battle
@@ -150,7 +164,7 @@ def poke_env_baseline(replay: dict, gen: int) -> int:
     return snapshots
 
 
-def measure(fmt: str, replays: list[dict], metamon: Metamon | None, block_size: int) -> dict:
+def measure(fmt: str, replays: list[dict], metamon: Metamon | None, block_size: int, turns: str) -> dict:
     gen = gen_of_format(fmt)
     dex = load_dex(gen)
     with_metamon = metamon is not None and gen in METAMON_GENS
@@ -165,21 +179,24 @@ def measure(fmt: str, replays: list[dict], metamon: Metamon | None, block_size: 
     for start in range(0, len(replays), block_size):
         block = list(range(start, min(start + block_size, len(replays))))
         theirs, mine = [], []
-        for k, i in enumerate(block):  # the two parsers take turns replay by replay, each going first in turn
-            if with_metamon and k % 2 == 0:
-                theirs += metamon.parse([i])
-            t0 = time.process_time()
-            try:
-                num_rows = len(ours(replays[i], dex))  # the rows are dropped here
-                mine.append((True, time.process_time() - t0, num_rows))
-            except InputError as err:
-                mine.append((False, 0.0, 0))
-                kind = f"replayforge {type(err).__name__}"
-                refusals[kind] = refusals.get(kind, 0) + 1
-            if with_metamon and k % 2 == 1:
-                theirs += metamon.parse([i])
-            if not with_metamon:
-                theirs.append((True, 0.0, 0, None))
+
+        if not with_metamon:
+            theirs = [(True, 0.0, 0, None)] * len(block)
+        if turns == "block":  # the whole block by one parser, then by the other; who goes first alternates
+            metamon_first = with_metamon and (start // block_size) % 2 == 0
+            if metamon_first:
+                theirs = metamon.parse(block)
+            for i in block:
+                mine.append(timed_parse(replays[i], dex, refusals))
+            if with_metamon and not metamon_first:
+                theirs = metamon.parse(block)
+        else:
+            for k, i in enumerate(block):  # the two parsers take turns replay by replay, each going first in turn
+                if with_metamon and k % 2 == 0:
+                    theirs += metamon.parse([i])
+                mine.append(timed_parse(replays[i], dex, refusals))
+                if with_metamon and k % 2 == 1:
+                    theirs += metamon.parse([i])
         common = [i for i, m, t in zip(block, mine, theirs, strict=True) if m[0] and t[0]]
         for m, t in zip(mine, theirs, strict=True):
             if not (m[0] and t[0]):
@@ -216,6 +233,10 @@ def main() -> None:
     parser.add_argument("--num-battles", type=int, default=200, help="battles per format (at most 200 from ../shared)")
     parser.add_argument("--seed", type=int, default=16, help="seed of the simulator's battles")
     parser.add_argument("--block-size", type=int, default=16, help="replays per block (and per Arrow conversion)")
+    parser.add_argument("--turns", choices=("block", "replay"), default="block",
+                        help="block: each parser parses a whole block in turn (who goes first alternates); replay: "
+                             "they take turns replay by replay (each switch between the processes starts the next "
+                             "parse with cold caches)")
     parser.add_argument("--repeat", type=int, default=1, help="runs over all formats, each printed")
     parser.add_argument("--metamon-python", help="interpreter where Metamon is importable (default: $METAMON_PYTHON, "
                                                  "else this one)")
@@ -227,11 +248,12 @@ def main() -> None:
     replays = {fmt: load_replays(fmt, args.num_battles, args.seed) for fmt in args.formats}
     try:
         for run in range(args.repeat):
-            print(f"\nrun {run + 1}: CPU time of the parse calls, trajectories per CPU-second, same run")
+            print(f"\nrun {run + 1}: CPU time of the parse calls, trajectories per CPU-second, same run, turns by "
+                  f"{args.turns} of {args.block_size}")
             print(f"{'format':9s} {'battles':>9s} {'replayforge':>12s} {'+ Arrow':>9s} {'poke-env':>9s} "
                   f"{'Metamon':>8s}  ratios")
             for fmt in args.formats:
-                r = measure(fmt, replays[fmt], metamon, args.block_size)
+                r = measure(fmt, replays[fmt], metamon, args.block_size, args.turns)
                 rate = r["rate"]
                 mm = rate["metamon"]
                 ratios = (f"parse {rate['ours'] / mm:.1f}x Metamon, with Arrow {rate['arrow'] / mm:.1f}x; " if mm
