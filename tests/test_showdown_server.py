@@ -57,6 +57,22 @@ def test_exported_ou_teams_are_packed_and_validated():
     assert export_teams("gen9randombattle", 3, seed=5) == []
 
 
+def test_team_export_finds_the_simulator_installed_elsewhere(tmp_path, monkeypatch):
+    """A checkout without node_modules (a worktree, a cluster node) finds the simulator through
+    REPLAYFORGE_SHOWDOWN_DIR, as the generated source does."""
+    import shutil
+
+    import training.evaluate as evaluate
+    from pipelines.pokemon.dex import showdown_dir
+
+    expected = evaluate.export_teams("gen1ou", 2, seed=5)
+    installed = showdown_dir()
+    shutil.copytree(evaluate.REPO_ROOT / "pipelines" / "showdown", tmp_path / "pipelines" / "showdown")
+    monkeypatch.setattr(evaluate, "REPO_ROOT", tmp_path)  # scripts in a tree where node finds no node_modules
+    monkeypatch.setenv("REPLAYFORGE_SHOWDOWN_DIR", str(installed))
+    assert evaluate.export_teams("gen1ou", 2, seed=5) == expected
+
+
 @pytest.mark.timeout(240)
 def test_policy_plays_ou_battles_without_fallbacks(tmp_path):
     """A (untrained) tiny policy plays gen1ou on the local server with exported teams against RandomPlayer: the
