@@ -217,6 +217,14 @@ def _move_numbers(mon: dict | None, key: str, scale: float) -> list[float]:
     return [moves[i][key] / scale if i < len(moves) else 0.0 for i in range(NUM_MOVES)]
 
 
+def _last_numbers(state: dict, me: dict | None, opp: dict | None) -> tuple[float, ...]:
+    """The seven numeric features after the Pokémon's: team counts, levels, forced switch, terastallized."""
+    return (state["player_remaining"] / 6.0, state["opponents_remaining"] / 6.0,
+            me["level"] / 100.0 if me else 0.0, opp["level"] / 100.0 if opp else 0.0,
+            float(state["forced_switch"]),
+            float(me["terastallized"]) if me else 0.0, float(opp["terastallized"]) if opp else 0.0)
+
+
 def observation_numeric(state: dict) -> list[float]:
     """The 48 numeric features of a state (see the module docstring for the layout)."""
     me, opp = state["player_active"], state["opponent_active"]
@@ -225,13 +233,7 @@ def observation_numeric(state: dict) -> list[float]:
         *_own_numbers(me),
         *_foe_numbers(opp),
         *[switches[i]["hp_pct"] if i < len(switches) else 0.0 for i in range(NUM_SWITCHES)],
-        state["player_remaining"] / 6.0,
-        state["opponents_remaining"] / 6.0,
-        me["level"] / 100.0 if me else 0.0,
-        opp["level"] / 100.0 if opp else 0.0,
-        float(state["forced_switch"]),
-        float(me["terastallized"]) if me else 0.0,
-        float(opp["terastallized"]) if opp else 0.0,
+        *_last_numbers(state, me, opp),
     ]
     assert len(numeric) == OBS_NUMERIC, len(numeric)
     return numeric
@@ -351,16 +353,7 @@ class Observer:
         tokens = [*head[1], *mine[2], *theirs[2], *bench[2]]
         if len(tokens) != OBS_WORDS:
             raise AssertionError(f"{len(tokens)} words, not {OBS_WORDS}")
-        numeric = [
-            *mine[3], *theirs[3], *bench[3],
-            state["player_remaining"] / 6.0,
-            state["opponents_remaining"] / 6.0,
-            me["level"] / 100.0 if me else 0.0,
-            opp["level"] / 100.0 if opp else 0.0,
-            float(state["forced_switch"]),
-            float(me["terastallized"]) if me else 0.0,
-            float(opp["terastallized"]) if opp else 0.0,
-        ]
+        numeric = [*mine[3], *theirs[3], *bench[3], *_last_numbers(state, me, opp)]
         return f"{head[0]} {mine[1]} {theirs[1]} {bench[1]}", tokens, numeric, tokens.count(UNK_ID)
 
 _ACTIVE_FIELDS = operator.itemgetter("name", "item", "ability", "types", "status", "effects", "tera_type", "hp_pct",
