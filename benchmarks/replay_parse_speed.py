@@ -178,10 +178,8 @@ def measure(fmt: str, replays: list[dict], metamon: Metamon | None, block_size: 
     refusals: dict[str, int] = {}
     for start in range(0, len(replays), block_size):
         block = list(range(start, min(start + block_size, len(replays))))
-        theirs, mine = [], []
-
-        if not with_metamon:
-            theirs = [(True, 0.0, 0, None)] * len(block)
+        mine: list[tuple[bool, float, int]] = []
+        theirs = [] if with_metamon else [(True, 0.0, 0, None)] * len(block)  # without Metamon: all of ours count
         if turns == "block":  # the whole block by one parser, then by the other; who goes first alternates
             metamon_first = with_metamon and (start // block_size) % 2 == 0
             if metamon_first:
