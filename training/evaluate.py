@@ -41,16 +41,14 @@ def wilson_interval(wins: float, n: int, z: float = 1.96) -> tuple[float, float]
 
 def export_teams(fmt: str, num_teams: int, seed: int, first_index: int = 0) -> list[str]:
     """Packed, validated teams of a format from the Node generator; empty for a random format (its own teams)."""
-    import os
     import subprocess
 
-    from pipelines.pokemon.dex import showdown_dir
+    from pipelines.pokemon.dex import node_env
 
     script = REPO_ROOT / "pipelines" / "showdown" / "generate_battles.js"
-    # the simulator wherever it is installed (REPLAYFORGE_SHOWDOWN_DIR too), as the generated source runs it
-    env = {**os.environ, "NODE_PATH": str(showdown_dir().parent)}
-    done = subprocess.run(["node", str(script), "--format", fmt, "--export-teams", str(num_teams), "--seed", str(seed),
-                           "--first-index", str(first_index)], capture_output=True, text=True, cwd=REPO_ROOT, env=env)
+    cmd = ["node", str(script), "--format", fmt, "--export-teams", str(num_teams), "--seed", str(seed),
+           "--first-index", str(first_index)]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT, env=node_env())
     if done.returncode != 0:
         raise RuntimeError(f"team export for {fmt} failed ({done.returncode}): {done.stderr.strip()}")
     return [line for line in done.stdout.splitlines() if line]

@@ -49,6 +49,12 @@ def showdown_dir() -> Path:
     return path
 
 
+def node_env(showdown: str | Path | None = None) -> dict[str, str]:
+    """The environment for our Node scripts: ``require('pokemon-showdown')`` resolves to the simulator at
+    ``showdown`` (default ``showdown_dir()``) wherever it is installed, not only in the checkout's node_modules."""
+    return {**os.environ, "NODE_PATH": str(Path(showdown or showdown_dir()).parent)}
+
+
 DEX_FILE = Path(__file__).resolve().parent / "dex" / f"showdown-{SHOWDOWN_VERSION}.json.xz"
 """The dex of the pinned simulator, committed (60 KB) so parsers run on any Ray node without Node.js."""
 
@@ -56,9 +62,8 @@ DEX_FILE = Path(__file__).resolve().parent / "dex" / f"showdown-{SHOWDOWN_VERSIO
 def export_dex(out: Path = DEX_FILE) -> Path:
     """Re-export the committed dex from the installed simulator (when bumping SHOWDOWN_VERSION)."""
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "NODE_PATH": str(showdown_dir().parent)}
         subprocess.run(["node", str(REPO_ROOT / "pipelines" / "showdown" / "export_dex.js"), "--out", tmp],
-                       check=True, env=env, cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+                       check=True, env=node_env(), cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
         dexes = {f"gen{g}": json.loads((Path(tmp) / f"gen{g}.json").read_text()) for g in range(1, 10)}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(lzma.compress(json.dumps(dexes, sort_keys=True, separators=(",", ":")).encode(), preset=9))

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pipelines.errors import InvalidJsonError, InvalidRecordError, SimulatorError
-from pipelines.pokemon.dex import REPO_ROOT, SHOWDOWN_VERSION, Dex, showdown_dir
+from pipelines.pokemon.dex import REPO_ROOT, SHOWDOWN_VERSION, Dex, node_env, showdown_dir
 from pipelines.pokemon.parser import PokemonParser
 from pipelines.pokemon.pov import pov_trajectory
 from pipelines.stages import Parsed, Plan, Source, read_row, register_parser, register_source, work_item
@@ -93,12 +92,10 @@ def generator_revision() -> str:
 
 def generate(chunk: dict, showdown: str | None = None) -> Iterator[tuple[str, bytes]]:
     """Run the simulator for one chunk; yields (battle id, raw JSON line) per battle, in index order."""
-    sd_dir = showdown or str(showdown_dir())
-    env = {**os.environ, "NODE_PATH": os.path.dirname(sd_dir)}
     cmd = ["node", str(GENERATOR), "--format", chunk["format"], "--num-battles", str(chunk["num_battles"]),
            "--seed", str(chunk["seed"]), "--first-index", str(chunk["first_index"]), "--p1", chunk["p1"],
            "--p2", chunk["p2"]]
-    proc = subprocess.run(cmd, capture_output=True, env=env, check=False)
+    proc = subprocess.run(cmd, capture_output=True, env=node_env(showdown), check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"battle generator failed ({proc.returncode}): {proc.stderr.decode()[-2000:]}")
     for line in proc.stdout.splitlines():
