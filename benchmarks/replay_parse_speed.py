@@ -13,24 +13,28 @@ whole block, then replayforge's parser does, or the other way round (who goes fi
 ``--turns block``, the default). ``--turns replay`` makes them take turns replay by replay instead: every switch
 between the two processes then starts the next parse with caches the other process filled, which costs our ~6 ms
 parse of a replay a larger share than Metamon's ~225 ms one, so it reads lower for us (README: both, same day). Then
-replayforge's parser plus the Arrow conversion of the block's rows (what a parse actor does), then
-the poke-env baseline. Times are the CPU time
-(``time.process_time``) of each process around the parse calls only, with Python's default gc on in both processes;
-outputs are dropped after each replay (the Arrow pass holds one block's rows, as a parse actor holds its batch).
-Replays that either parser refuses are excluded from every figure and counted. Rates are trajectories (one
-player's view of one battle) per CPU-second, i.e. per core; ratios come from the same run only.
+replayforge's parser again plus ``turns_table`` of the block's rows: the Arrow conversion with the observation columns
+(text, word ids, numbers) derived from the states (what a parse actor does), then the poke-env baseline.
 
-The poke-env baseline: poke-env's battle tracker (this project's environment) fed the same logs once per player,
-with a ``deepcopy`` of its battle object at every turn, the approach of Metamon's parser (which deep-copies a
-poke-env-like state per decision).
+What each parse call makes: ours, each player's states, actions and legal masks (``pokemon_turns`` rows without the
+observation columns); Metamon's, each player's ``UniversalState`` list and actions (its observations are made later,
+by its data loader). Times are the CPU time (``time.process_time``) of each process around the parse calls only, with
+Python's default gc on in every process; outputs are dropped after each replay (the Arrow pass holds one block's
+rows, as a parse actor holds its batch). Replays that either parser refuses are excluded from every figure and
+counted. Rates are trajectories (one player's view of one battle) per CPU-second, i.e. per core; ratios come from the
+same run only.
+
+The poke-env baseline (``poke_env_parse_worker.py``, a child process under this interpreter): poke-env's battle
+tracker fed the same logs once per player, with a ``deepcopy`` of its battle object at every turn, the approach of
+Metamon's parser (which deep-copies a poke-env-like state per decision). Each parser runs in a process of its own, so
+none walks another's objects in its cyclic collections: with poke-env's data in our process, every full collection
+during our Arrow pass walked 190k objects instead of 75k.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -44,12 +48,12 @@ sys.path.insert(0, str(REPO_ROOT))
 from pipelines.errors import InputError  # noqa: E402
 from pipelines.pokemon.dex import gen_of_format, load_dex  # noqa: E402
 from pipelines.pokemon.spectator import spectator_trajectories  # noqa: E402
-from shards_schema.declare import to_table  # noqa: E402
-from shards_schema.pokemon import TURNS_SCHEMA  # noqa: E402
+from pipelines.pokemon.trajectory import turns_table  # noqa: E402
 
 SHARED_BENCH = REPO_ROOT.parent / "shared" / "data" / "pokemon" / "bench_replays"
 CACHE = REPO_ROOT / ".cache" / "bench_replays"
-WORKER = Path(__file__).resolve().parent / "metamon_parse_worker.py"
+METAMON_WORKER = Path(__file__).resolve().parent / "metamon_parse_worker.py"
+POKE_ENV_WORKER = Path(__file__).resolve().parent / "poke_env_parse_worker.py"
 METAMON_GENS = range(1, 5)
 """Metamon's replay parser takes Gen 1-4 (its ``--gen`` choices); it is not run on other formats."""
 
@@ -77,11 +81,13 @@ def load_replays(fmt: str, num_battles: int, seed: int) -> list[dict]:
     return replays
 
 
-class Metamon:
-    """Metamon's parser in a child process under its own interpreter (see ``metamon_parse_worker.py``)."""
+class ParserProcess:
+    """Another parser in a child process under an interpreter of its own, timing itself: Metamon's
+    (``metamon_parse_worker.py``) or the poke-env baseline (``poke_env_parse_worker.py``)."""
 
-    def __init__(self, python: str):
-        self.proc = subprocess.Popen([python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    def __init__(self, python: str, worker: Path):
+        self.name = worker.stem
+        self.proc = subprocess.Popen([python, str(worker)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True)
         self.replays_file: str | None = None
 
@@ -98,7 +104,7 @@ class Metamon:
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"the Metamon worker exited ({self.proc.wait()}); its stderr is above")
+            raise RuntimeError(f"{self.name} exited ({self.proc.wait()}); its stderr is above")
         return [tuple(r) for r in json.loads(line)]
 
     def close(self) -> None:
@@ -141,37 +147,15 @@ def timed_parse(replay: dict, dex, refusals: dict[str, int]) -> tuple[bool, floa
         return False, 0.0, 0
 
 
-def poke_env_baseline(replay: dict, gen: int) -> int:
-    """poke-env tracking of each player's view with a deepcopy of the battle at each turn."""
-    from poke_env.battle import Battle
-
-    logger = logging.getLogger("baseline")
-    logger.setLevel(logging.CRITICAL)
-    snapshots = 0
-    for player in replay["players"][:2]:
-        battle = Battle(replay["id"], player, logger, gen)
-        for line in replay["log"].split("\n"):
-            parts = line.split("|")
-            if len(parts) < 2 or parts[1] in ("", "t:", "c", "j", "l", "raw", "inactive", "html", "win", "tie"):
-                continue
-            try:
-                battle.parse_message(parts)
-            except Exception:  # noqa: BLE001 - the baseline ignores what it cannot track, as Metamon does
-                continue
-            if parts[1] == "turn":
-                copy.deepcopy(battle)
-                snapshots += 1
-    return snapshots
-
-
-def measure(fmt: str, replays: list[dict], metamon: Metamon | None, block_size: int, turns: str) -> dict:
+def measure(fmt: str, replays: list[dict], metamon: ParserProcess | None, poke_env: ParserProcess, block_size: int,
+            turns: str) -> dict:
     gen = gen_of_format(fmt)
     dex = load_dex(gen)
     with_metamon = metamon is not None and gen in METAMON_GENS
-    if with_metamon:
-        metamon.load(replays)
-        metamon.parse(list(range(min(4, len(replays)))))  # imports and caches warm, not counted
-    to_table([row for replay in replays[:4] for row in ours(replay, dex)], TURNS_SCHEMA)  # lazy imports, caches
+    for other in (metamon, poke_env) if with_metamon else (poke_env,):
+        other.load(replays)
+        other.parse(list(range(min(4, len(replays)))))  # imports and caches warm, not counted
+    turns_table([row for replay in replays[:4] for row in ours(replay, dex)])  # lazy imports, caches
     cpu = {"ours": 0.0, "arrow": 0.0, "poke_env": 0.0, "metamon": 0.0}
     states = {"ours": 0, "metamon": 0}
     used, refused = 0, {"metamon": 0, "ours": 0, "both": 0}
@@ -209,12 +193,9 @@ def measure(fmt: str, replays: list[dict], metamon: Metamon | None, block_size: 
                 states["metamon"] += t[2]
         used += len(common)
         t0 = time.process_time()
-        to_table([row for i in common for row in ours(replays[i], dex)], TURNS_SCHEMA)
+        turns_table([row for i in common for row in ours(replays[i], dex)])
         cpu["arrow"] += time.process_time() - t0
-        t0 = time.process_time()
-        for i in common:
-            poke_env_baseline(replays[i], gen)
-        cpu["poke_env"] += time.process_time() - t0
+        cpu["poke_env"] += sum(cpu_s for _, cpu_s, _, _ in poke_env.parse(common))
     trajectories = 2 * used
     rate = {k: trajectories / v if v else None for k, v in cpu.items()}
     if not with_metamon:
@@ -242,7 +223,8 @@ def main() -> None:
 
     python, found = metamon_python(args.metamon_python)
     print(found)
-    metamon = Metamon(python) if python else None
+    metamon = ParserProcess(python, METAMON_WORKER) if python else None
+    poke_env = ParserProcess(sys.executable, POKE_ENV_WORKER)
     replays = {fmt: load_replays(fmt, args.num_battles, args.seed) for fmt in args.formats}
     try:
         for run in range(args.repeat):
@@ -251,7 +233,7 @@ def main() -> None:
             print(f"{'format':9s} {'battles':>9s} {'replayforge':>12s} {'+ Arrow':>9s} {'poke-env':>9s} "
                   f"{'Metamon':>8s}  ratios")
             for fmt in args.formats:
-                r = measure(fmt, replays[fmt], metamon, args.block_size, args.turns)
+                r = measure(fmt, replays[fmt], metamon, poke_env, args.block_size, args.turns)
                 rate = r["rate"]
                 mm = rate["metamon"]
                 ratios = (f"parse {rate['ours'] / mm:.1f}x Metamon, with Arrow {rate['arrow'] / mm:.1f}x; " if mm
@@ -266,8 +248,9 @@ def main() -> None:
                       + (f", Metamon {spt['metamon']:.1f}" if mm else "")
                       + (f"; excluded {excluded} ({r['refused']}: {r['refusals']})" if excluded else ""))
     finally:
-        if metamon is not None:
-            metamon.close()
+        for other in (metamon, poke_env):
+            if other is not None:
+                other.close()
     if metamon is None:
         print("\nMetamon was not measured, so no ratio against it is printed (see the first line).")
 

@@ -203,19 +203,17 @@ class ParseInputs:
     def _to_table(self, parsed: list[tuple[int, list[dict] | pa.Table]], records: list[InputRecord]) -> pa.Table:
         """One conversion for the batch; if a value does not fit the declared schema, convert input by input so
         only the offending inputs are quarantined (their records replaced in ``records``)."""
-        from shards_schema.declare import to_table
-
         schema = self.parser.schema
         if isinstance(parsed[0][1], pa.Table):  # columnar parsers (Melee) build their tables themselves
             return pa.concat_tables([rows for _, rows in parsed])
         try:
-            return to_table([r for _, rows in parsed for r in rows], schema)
+            return self.parser.table([r for _, rows in parsed for r in rows])
         except (ValueError, TypeError, KeyError, pa.ArrowException):
             pass
         tables = []
         for at, rows in parsed:
             try:
-                tables.append(to_table(rows, schema))
+                tables.append(self.parser.table(rows))
             except (ValueError, TypeError, KeyError, pa.ArrowException) as err:
                 records[at] = records[at].dropped("quarantined", stage="validate", error_type=type(err).__name__,
                                                   reason="schema_violation",

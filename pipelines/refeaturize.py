@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pyarrow as pa  # noqa: E402
 
-from pipelines.pokemon.observation import observe  # noqa: E402
+from pipelines.pokemon.observation import observation_columns  # noqa: E402
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,14 +43,11 @@ class RefeaturizeConfig:
 
 def refeaturize_table(table: pa.Table) -> pa.Table:
     """Recompute obs_text, obs_tokens, obs_numeric and obs_unknown_words from the state column."""
-    states = table.column("state").to_pylist()
-    formats = table.column("format").to_pylist()
-    text, tokens, numeric, unknown = zip(*(observe(s, f) for s, f in zip(states, formats, strict=True)), strict=True)
+    columns = observation_columns(table.column("state").to_pylist(), table.column("format").to_pylist())
     schema = table.schema
-    for name, values in (("obs_text", text), ("obs_tokens", tokens), ("obs_numeric", numeric),
-                         ("obs_unknown_words", unknown)):
+    for name, values in columns.items():
         i = schema.get_field_index(name)
-        table = table.set_column(i, schema.field(i), pa.array(list(values), type=schema.field(i).type))
+        table = table.set_column(i, schema.field(i), values)
     return table
 
 

@@ -191,6 +191,13 @@ class Parser(ABC):
     def dedupe_key(self, parsed: Parsed) -> str | None:
         """What must be unique among written inputs (a battle, a trajectory, a game's bytes), or None."""
 
+    def table(self, rows: list[dict]) -> pa.Table:
+        """Rows of ``parse`` (from any number of inputs) → a table of ``schema``. Raises ``ValueError``,
+        ``TypeError``, ``KeyError`` or an ``ArrowException`` when a value does not fit the schema."""
+        from shards_schema.declare import to_table
+
+        return to_table(rows, self.schema)
+
 
 # ---------------------------------------------------------------------------- parser → writer
 @dataclass(frozen=True, kw_only=True)

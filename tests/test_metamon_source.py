@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import lz4.frame
+import pyarrow.compute as pc
 import pytest
 from conftest import shared_data
 
 from pipelines.errors import CorruptCompressionError, InvalidJsonError, InvalidRecordError
+from pipelines.pokemon.trajectory import turns_table
 from pipelines.sources import metamon
+from shards_schema.pokemon import TURNS_SCHEMA
 
 GEN1_WIN = "smogtours-gen1ou-733374_Unrated_Green on fire_vs_squirtlnthasheldr_12-02-2023_WIN.json.lz4"
 GEN9_LOSS = "smogtours-gen9ou-733546_Unrated_amaterus_vs_jealousy jealousy_12-03-2023_LOSS.json.lz4"
@@ -53,7 +56,8 @@ def test_gen9_golden(known_formats):
     assert len(rows) == 31
     assert [r["action"] for r in rows[:9]] == [3, 8, 2, 4, 3, 7, 3, 5, 12]  # 12: terastallize + move slot 3
     assert rows[-1]["result"] == "loss" and rows[-1]["reward"] == -1.0
-    assert all(len(r["obs_tokens"]) == 87 and len(r["obs_numeric"]) == 48 for r in rows)
+    table = turns_table(rows)
+    assert table.num_rows == 31 and table.schema.equals(TURNS_SCHEMA, check_metadata=True)
     assert all(r["legal_mask"][r["action"]] for r in rows if r["action"] >= 0)
 
 
@@ -117,8 +121,9 @@ def test_upper_case_move_types_and_categories_read_as_lower_case(known_formats):
     upper = lz4.frame.compress(text.encode())
     want, _ = metamon.parse(GEN9_LOSS, payload, None, known_formats)
     got, _ = metamon.parse(GEN9_LOSS, upper, None, known_formats)
-    assert sum(r["obs_unknown_words"] for r in got) == sum(r["obs_unknown_words"] for r in want) == 0
-    assert [r["obs_text"] for r in got] == [r["obs_text"] for r in want]
+    got_table, want_table = turns_table(got), turns_table(want)
+    assert pc.sum(got_table["obs_unknown_words"]).as_py() == pc.sum(want_table["obs_unknown_words"]).as_py() == 0
+    assert got_table["obs_text"].equals(want_table["obs_text"])
     assert [r["state"] for r in got] == [r["state"] for r in want]
 
 

@@ -5,21 +5,22 @@ from __future__ import annotations
 import copy
 import json
 
+import pyarrow as pa
 import pytest
 from conftest import shared_data
 
 from pipelines.pokemon.observation import (
     OBS_WORD_FIELDS,
     UNK_ID,
-    Observer,
     decode_tokens,
+    observation_columns,
     observation_numeric,
     observation_words,
     observe,
     stored_value,
     vocabulary,
 )
-from shards_schema.pokemon import OBS_NUMERIC, OBS_WORDS
+from shards_schema.pokemon import OBS_NUMERIC, OBS_WORDS, TURNS_SCHEMA
 
 
 def _move(name, mtype="normal", bp=40, pp=35):
@@ -139,33 +140,62 @@ def test_every_dex_move_item_and_ability_renders_87_known_words(gen):
         assert len(tokens) == OBS_WORDS
 
 
-def test_observer_equals_observe_with_shared_and_changed_pokemon(state):
-    """The fast path caches each Pokémon's part by the dict's identity and role: the same dict in another role
-    (an active that was a switch), an equal-valued new dict, and blank slots must all render as ``observe``."""
-    observer = Observer("gen1ou")
+def _observed_row_by_row(states: list[dict], formats: list[str]) -> dict[str, pa.Array]:
+    """``observe`` on each state, as the columns ``observation_columns`` returns."""
+    observed = [observe(s, f) for s, f in zip(states, formats, strict=True)]
+    return {name: pa.array([o[k] for o in observed], type=TURNS_SCHEMA.field(name).type)
+            for k, name in enumerate(("obs_text", "obs_tokens", "obs_numeric", "obs_unknown_words"))}
+
+
+def _assert_columns_equal_observe(states: list[dict], formats: list[str]) -> None:
+    got, want = observation_columns(states, formats), _observed_row_by_row(states, formats)
+    assert list(got) == list(want)
+    for name, column in want.items():
+        if not got[name].equals(column):
+            row = next(i for i, (a, b) in enumerate(zip(got[name].to_pylist(), column.to_pylist(), strict=True))
+                       if a != b)
+            raise AssertionError(f"{name} of row {row}: {got[name][row]} != {column[row]}")
+
+
+def test_observation_columns_equal_observe_with_shared_and_changed_pokemon(state):
+    """The fast path renders each distinct dict and list once, keyed by identity: the same dict in another role
+    (an active that was a switch), an equal-valued new dict, absent Pokémon and empty slots, more than four revealed
+    moves, formats that change between rows must all come out as ``observe`` gives them."""
     swapped = {**state, "player_active": state["available_switches"][0],
                "available_switches": [state["player_active"], *state["available_switches"][1:]]}
     odd = copy.deepcopy(state)
     odd["player_active"]["name"] = "notarealmon"
     empty = {**state, "player_active": None, "opponent_active": None, "available_switches": [],
              "forced_switch": True, "can_tera": True, "battle_field": ["trickroom", "gravity", "x"]}
-    for s in (state, swapped, state, odd, empty, copy.deepcopy(state), swapped):
-        assert observer(s) == observe(s, "gen1ou")
+    many = copy.deepcopy(state)
+    many["opponent_active"]["moves"] = [_move(f"move{i}", bp=10 * i) for i in range(6)]
+    many["player_active"]["moves"] = []
+    many["player_active"]["types"] = []
+    many["player_active"]["effects"] = ["confusion", "substitute"]
+    states = [state, swapped, state, odd, empty, copy.deepcopy(state), swapped, many, {**many, "weather": "raindance"}]
+    _assert_columns_equal_observe(states, ["gen1ou", "gen1ou", "gen9ou", *["gen1ou"] * 6])
+    _assert_columns_equal_observe(states[4:5], ["gen1ou"])
+    empty_columns = observation_columns([], [])
+    assert all(len(column) == 0 for column in empty_columns.values())
+    assert [column.type for column in empty_columns.values()] == [
+        TURNS_SCHEMA.field(name).type for name in ("obs_text", "obs_tokens", "obs_numeric", "obs_unknown_words")]
 
 
-def test_observer_equals_observe_on_every_row_of_the_shared_replays():
+def test_observation_columns_equal_observe_on_every_row_of_the_shared_replays():
+    """On parser output (dicts shared between rows, as rendered) and on the same states deep-copied (each row its
+    own dicts, as read back from a shard)."""
     from pipelines.pokemon.dex import load_dex
     from pipelines.pokemon.spectator import spectator_trajectories
 
     paths = sorted(shared_data("pokemon", "showdown_replays").glob("*.json"))
     bench = shared_data("pokemon", "bench_replays")
     paths += sorted((bench / "gen1ou").glob("*.json"))[:20] + sorted((bench / "gen9ou").glob("*.json"))[:20]
-    rows = 0
+    rows = []
     for path in paths:
         replay = json.loads(path.read_text())
-        for row in spectator_trajectories(replay["log"].split("\n"), load_dex(int(replay["formatid"][3])),
-                                          format_id=replay["formatid"], battle_id=replay["id"]):
-            got = (row["obs_text"], row["obs_tokens"], row["obs_numeric"], row["obs_unknown_words"])
-            assert got == observe(row["state"], row["format"]), (path.name, row["turn_index"])
-            rows += 1
-    assert rows > 2000
+        rows += spectator_trajectories(replay["log"].split("\n"), load_dex(int(replay["formatid"][3])),
+                                       format_id=replay["formatid"], battle_id=replay["id"])
+    assert len(rows) > 2000
+    states, formats = [r["state"] for r in rows], [r["format"] for r in rows]
+    _assert_columns_equal_observe(states, formats)
+    _assert_columns_equal_observe(copy.deepcopy(states), formats)

@@ -140,6 +140,7 @@ def test_to_table_matches_from_pylist_on_parsed_rows():
 
     from pipelines.pokemon.dex import load_dex
     from pipelines.pokemon.spectator import spectator_trajectories
+    from pipelines.pokemon.trajectory import ROW_SCHEMA
     from shards_schema.declare import to_table
 
     rows = []
@@ -150,9 +151,9 @@ def test_to_table_matches_from_pylist_on_parsed_rows():
     assert any(r["state"]["player_prev_move"] is None for r in rows)
     actives = [r["state"]["player_active"] for r in rows]
     assert any(a is b for a, b in zip(actives[:-1], actives[1:], strict=True))  # shared between rows
-    assert to_table(rows, TURNS_SCHEMA).equals(pa.Table.from_pylist(rows, schema=TURNS_SCHEMA))
-    assert to_table(rows[:1], TURNS_SCHEMA).equals(pa.Table.from_pylist(rows[:1], schema=TURNS_SCHEMA))
-    assert to_table([], TURNS_SCHEMA).equals(TURNS_SCHEMA.empty_table())
+    assert to_table(rows, ROW_SCHEMA).equals(pa.Table.from_pylist(rows, schema=ROW_SCHEMA))
+    assert to_table(rows[:1], ROW_SCHEMA).equals(pa.Table.from_pylist(rows[:1], schema=ROW_SCHEMA))
+    assert to_table([], ROW_SCHEMA).equals(ROW_SCHEMA.empty_table())
 
 
 def _manifest_dir(tmp_path, text: str):

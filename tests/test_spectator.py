@@ -84,7 +84,7 @@ def test_chat_and_timer_lines_carry_no_state():
              "|inactive|timer", "|-hint|a hint", "|l|guest", "|-crit|p1a: x", "||", "plain text line"]
     noisy = [x for line in lines for x in ([line] + noise if line.startswith("|upkeep") else [line])]
     again = spectator_trajectories(noisy, DEXES[9], format_id="gen9ou", battle_id=data["id"])
-    assert [r["obs_tokens"] for r in again] == [r["obs_tokens"] for r in rows]
+    assert [r["state"] for r in again] == [r["state"] for r in rows]
     assert [r["action"] for r in again] == [r["action"] for r in rows]
 
 

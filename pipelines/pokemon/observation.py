@@ -36,6 +36,10 @@ import re
 from functools import cache
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from shards_schema.pokemon import NUM_MOVES, NUM_SWITCHES, OBS_NUMERIC, OBS_WORDS
 from shards_schema.versions import POKEMON_TURNS
 
@@ -247,115 +251,178 @@ def observe(state: dict, format_id: str) -> tuple[str, list[int], list[float], i
     return " ".join(words), tokens, observation_numeric(state), unknown
 
 
-class Observer:
-    """``observe`` for the rows of one trajectory, fast; equal output (``tests/test_observation.py`` compares them
-    on every row of the shared replays).
+# An absent Pokémon (no active, an empty switch slot) as a dict whose words and numbers are those ``observe`` gives
+# an absent one: every word ``<blank>``, every number 0 (``max_pp`` 0 makes PP left 0).
+_BLANK_MOVE = {"name": BLANK, "move_type": BLANK, "category": BLANK, "base_power": 0, "accuracy": 0.0, "priority": 0,
+               "current_pp": 0, "max_pp": 0}
+_ABSENT = {"name": BLANK, "item": BLANK, "ability": BLANK, "types": [BLANK, BLANK], "status": BLANK,
+           "effects": [BLANK], "tera_type": BLANK, "hp_pct": 0.0, "level": 0, "terastallized": False,
+           "moves": [_BLANK_MOVE] * NUM_MOVES, **dict.fromkeys(_BOOSTS, 0)}
+_UNREVEALED_MOVE = {**_BLANK_MOVE, "name": "unknownmove", "move_type": "unknowntype", "category": "unknowncategory"}
 
-    An active Pokémon's dict changes at most decisions (its PP, its HP), so its part of the observation is put
-    together from smaller parts that recur: its eight non-move words, its four move slots (words and numbers), its
-    boosts. The bench often stays the same from one decision to the next, so the five switch slots are cached per
-    distinct tuple of dicts. Dicts are keyed by identity (renderers share unchanged ones between rows, and never
-    mutate them); each cache entry holds the dicts it was made from, so an id is never reused while its entry
-    lives. Joining the parts' texts with spaces is joining their words.
-    """
 
-    def __init__(self, format_id: str, version: str = OBSERVATION_VERSION):
-        self.format_id = format_id
+def _distinct(keys: list) -> tuple[np.ndarray, list[int]]:
+    """(each key's position among the distinct keys, a row holding each distinct key, in first-seen order), with
+    the per-row loops in C."""
+    holder = dict(zip(keys, range(len(keys)), strict=True))
+    position = dict(zip(holder, range(len(holder)), strict=False))
+    return np.fromiter(map(position.__getitem__, keys), np.intp, len(keys)), list(holder.values())
+
+
+class _Part:
+    """Some consecutive words of every row's observation: the text and ids of each distinct value, each row's
+    position among them (``at``), and a row holding each (``holders``)."""
+
+    def __init__(self, at: np.ndarray, texts: list[str], ids: np.ndarray, holders: list[int]):
+        self.at, self.texts, self.ids, self.holders = at, texts, ids, holders
+
+    def gathered(self, at: np.ndarray) -> _Part:
+        """This part for rows that each hold the value of one of its rows (``at``: which)."""
+        return _Part(self.at[at], self.texts, self.ids, [])
+
+
+class _Words:
+    """Word ids of the vocabulary, and the parts made of words alone, keyed by their rows' values or objects."""
+
+    def __init__(self, version: str):
         self.vocab = vocabulary(version)
-        self._active_parts: dict[tuple[int, bool], tuple] = {}
-        self._heads: dict[tuple[str, ...], tuple] = {}  # a Pokémon's eight non-move words
-        self._globals: dict[tuple[str, ...], tuple] = {}  # the twelve words before the Pokémon
-        self._move_slots: dict[tuple, tuple] = {}
-        self._boosts: dict[tuple[int, ...], tuple[float, ...]] = {}
-        self._moves: dict[int, tuple] = {}
-        assert NUM_MOVES == 4, "_slots unpacks four move slots"
-        # an empty slot: unrevealed for the opponent, blank for the player
-        self._fillers = {opponent: (" ".join(words), self._ids(words), 0.0, 0.0, 0.0, 0.0) for opponent, words in
-                         ((True, ("unknownmove", "unknowntype", "unknowncategory")), (False, (BLANK, BLANK, BLANK)))}
-        self._switches: dict[tuple[int, ...], tuple] = {}
 
-    def _ids(self, words) -> tuple[int, ...]:
-        # tuples of ints: the collector stops tracking them, unlike lists (cache entries live for a trajectory)
-        return tuple(map(self.vocab.get, words, itertools.repeat(UNK_ID, len(words))))
+    def ids(self, rows_of_words: list, width: int) -> np.ndarray:
+        flat = itertools.chain.from_iterable(rows_of_words)
+        get = self.vocab.get
+        return np.fromiter(map(get, flat, itertools.repeat(UNK_ID)), np.int32,
+                           len(rows_of_words) * width).reshape(len(rows_of_words), width)
 
-    def _active(self, mon: dict | None, opponent: bool) -> tuple:
-        """(mon, text, ids, numbers) of an active Pokémon: numeric features 0-23 for the player's, 24-35 for the
-        opponent's."""
-        key = (id(mon), opponent)
-        hit = self._active_parts.get(key)
-        if hit is not None:
-            return hit
-        if mon is None:
-            words = _active_words(None, opponent=opponent)
-            hit = (None, " ".join(words), self._ids(words), _foe_numbers(None) if opponent else _own_numbers(None))
-            self._active_parts[key] = hit
-            return hit
-        name, item, ability, types, status, effects, tera_type, hp_pct, moves = _ACTIVE_FIELDS(mon)
-        head_words = (name, item, ability, types[0] if types else "notype", types[1] if len(types) > 1 else "notype",
-                      status, effects[0] if effects else "noeffect", tera_type)
-        head = self._heads.get(head_words)
-        if head is None:
-            head = self._heads[head_words] = (" ".join(head_words), self._ids(head_words))
-        slots_key = (opponent, *map(id, moves))
-        slots = self._move_slots.get(slots_key)
-        if slots is None:
-            slots = self._move_slots[slots_key] = self._slots(moves, opponent)
-        boost_values = _BOOST_VALUES(mon)
-        boosts = self._boosts.get(boost_values)
-        if boosts is None:
-            boosts = self._boosts[boost_values] = tuple(b / 6.0 for b in boost_values)
-        hit = self._active_parts[key] = (mon, f"{head[0]} {slots[1]}", head[1] + slots[2],
-                                         (hp_pct, *boosts, *slots[3]))
-        return hit
+    def part(self, values: list, keys: list, words, width: int) -> _Part:
+        """The part whose words ``words(value)`` gives, for rows holding ``values`` (told apart by ``keys``)."""
+        at, holders = _distinct(keys)
+        distinct_words = [words(values[i]) for i in holders]
+        return _Part(at, list(map(" ".join, distinct_words)), self.ids(distinct_words, width), holders)
 
-    def _slots(self, moves: list[dict], opponent: bool) -> tuple:
-        """(moves, text, ids, numbers) of the four move slots: base power for the opponent; base powers,
-        accuracies, PP left and priorities for the player (``_own_numbers``' order)."""
-        filler = self._fillers[opponent]
-        a, b, c, d = [self._move(moves[slot]) if slot < len(moves) else filler for slot in range(NUM_MOVES)]
-        text, ids = f"{a[0]} {b[0]} {c[0]} {d[0]}", a[1] + b[1] + c[1] + d[1]
-        if opponent:
-            return moves, text, ids, (a[2], b[2], c[2], d[2])
-        return moves, text, ids, (a[2], b[2], c[2], d[2], a[3], b[3], c[3], d[3], a[4], b[4], c[4], d[4],
-                                        a[5], b[5], c[5], d[5])
 
-    def _move(self, move: dict) -> tuple:
-        """(text, ids, base power ÷ 200, accuracy, PP left ÷ max PP, priority ÷ 5, move) of one move slot."""
-        hit = self._moves.get(id(move))
-        if hit is None:
-            words = (move["name"], move["move_type"], move["category"])
-            hit = self._moves[id(move)] = (
-                " ".join(words), self._ids(words), move["base_power"] / 200.0, move["accuracy"] / 1.0,
-                move["current_pp"] / move["max_pp"] if move["max_pp"] else 0.0, move["priority"] / 5.0, move)
-        return hit
+def _pokemon(words: _Words, mons: list, opponent: bool) -> tuple[list[_Part], np.ndarray]:
+    """(the parts of words 12-31 (player) or 32-51 (opponent): eight words, then three per move slot; each row's
+    numeric features 0-23 or 24-35, then level ÷ 100 and terastallized for ``_last_numbers``) of each row's active
+    Pokémon."""
+    at, holders = _distinct(list(map(id, mons)))
+    distinct = [mons[i] if mons[i] is not None else _ABSENT for i in holders]
+    m = len(distinct)
+    name, item, ability, types, status, effects, tera_type, hp, moves = (
+        list(column) for column in zip(*map(_ACTIVE_FIELDS, distinct), strict=True)) if m else [[]] * 9
+    # the eight non-move words: the lists of types and effects are shared between dicts, so keyed by identity
+    head = words.part(distinct, list(zip(name, item, ability, map(id, types), status, map(id, effects), tera_type,
+                                         strict=True)), _head_words, 8)
+    # the four move slots: each Pokémon's moves padded with the filler of an empty slot (unrevealed for the
+    # opponent, blank for the player), four each; move dicts are shared while their PP is unchanged
+    padding = [_UNREVEALED_MOVE if opponent else _BLANK_MOVE] * NUM_MOVES
+    padded = map(operator.getitem, map(operator.add, moves, itertools.repeat(padding)),
+                 itertools.repeat(slice(0, NUM_MOVES)))
+    slots = list(itertools.chain.from_iterable(padded))  # Pokémon j's slot k at j * NUM_MOVES + k
+    move = words.part(slots, list(map(id, slots)), _MOVE_WORDS, 3)
+    move_numbers = np.array([_move_numbers_of(slots[i]) for i in move.holders], dtype=np.float64).reshape(-1, 4)
+    per_slot = move_numbers[move.at].reshape(m, NUM_MOVES, 4)  # (Pokémon, slot, base power/accuracy/PP/priority)
+    picked = (0,) if opponent else (0, 1, 2, 3)
+    boosts = np.fromiter(itertools.chain.from_iterable(map(_BOOST_VALUES, distinct)), np.float64,
+                         m * len(_BOOSTS)).reshape(m, len(_BOOSTS)) / 6.0
+    numbers = np.concatenate([
+        np.array(hp, dtype=np.float64).reshape(m, 1), boosts, *(per_slot[:, :, k] for k in picked),
+        np.fromiter(map(_LEVEL, distinct), np.float64, m).reshape(m, 1) / 100.0,
+        np.fromiter(map(_TERASTALLIZED, distinct), np.float64, m).reshape(m, 1)], axis=1)
+    parts = [head.gathered(at), *(move.gathered(at * NUM_MOVES + k) for k in range(NUM_MOVES))]
+    return parts, numbers[at]
 
-    def _bench(self, switches: list[dict]) -> tuple:
-        """(mons, text, ids, HP fractions) of the five switch slots."""
-        key = tuple(map(id, switches))
-        hit = self._switches.get(key)
-        if hit is None:
-            words, hps = [], []
-            for slot in range(NUM_SWITCHES):
-                mon = switches[slot] if slot < len(switches) else None
-                words += _switch_words(mon)
-                hps.append(mon["hp_pct"] if mon is not None else 0.0)
-            hit = self._switches[key] = (switches, " ".join(words), self._ids(words), tuple(hps))
-        return hit
 
-    def __call__(self, state: dict) -> tuple[str, list[int], list[float], int]:
-        me, opp = state["player_active"], state["opponent_active"]
-        mine, theirs = self._active(me, opponent=False), self._active(opp, opponent=True)
-        bench = self._bench(state["available_switches"])
-        global_words = tuple(_global_words(state, self.format_id))
-        head = self._globals.get(global_words)
-        if head is None:
-            head = self._globals[global_words] = (" ".join(global_words), self._ids(global_words))
-        tokens = [*head[1], *mine[2], *theirs[2], *bench[2]]
-        if len(tokens) != OBS_WORDS:
-            raise AssertionError(f"{len(tokens)} words, not {OBS_WORDS}")
-        numeric = [*mine[3], *theirs[3], *bench[3], *_last_numbers(state, me, opp)]
-        return f"{head[0]} {mine[1]} {theirs[1]} {bench[1]}", tokens, numeric, tokens.count(UNK_ID)
+def _move_numbers_of(move: dict) -> tuple[float, float, float, float]:
+    """(base power ÷ 200, accuracy, PP left ÷ max PP, priority ÷ 5) of a move slot."""
+    return (move["base_power"] / 200.0, move["accuracy"] / 1.0,
+            move["current_pp"] / move["max_pp"] if move["max_pp"] else 0.0, move["priority"] / 5.0)
+
+
+def _head_words(mon: dict) -> tuple[str, ...]:
+    types, effects = mon["types"], mon["effects"]
+    return (mon["name"], mon["item"], mon["ability"], types[0] if types else "notype",
+            types[1] if len(types) > 1 else "notype", mon["status"], effects[0] if effects else "noeffect",
+            mon["tera_type"])
+
+
+def _bench(words: _Words, benches: list) -> tuple[_Part, np.ndarray]:
+    """(words 52-86, numeric features 36-40) of each row's switch slots."""
+    at, holders = _distinct(list(map(id, benches)))
+    slot_mons = [bench[slot] if slot < len(bench) else None
+                 for bench in map(benches.__getitem__, holders) for slot in range(NUM_SWITCHES)]
+    mon = words.part(slot_mons, list(map(id, slot_mons)), _switch_words, _SWITCH_WORDS)
+    hps = np.array([slot_mons[i]["hp_pct"] if slot_mons[i] is not None else 0.0 for i in mon.holders],
+                   dtype=np.float64)
+    texts = np.array(mon.texts, dtype=object)[mon.at].reshape(-1, NUM_SWITCHES)
+    part = _Part(at, list(map(" ".join, texts)), mon.ids[mon.at].reshape(-1, NUM_SWITCHES * _SWITCH_WORDS), holders)
+    return part, hps[mon.at].reshape(-1, NUM_SWITCHES)[at]
+
+
+def observation_columns(states: list[dict], formats: list[str], version: str = OBSERVATION_VERSION) -> dict:
+    """The observation columns (``obs_text``, ``obs_tokens``, ``obs_numeric``, ``obs_unknown_words``) of many
+    states at once, as Arrow arrays of the ``pokemon_turns`` types. ``observe`` row by row is their readable
+    reference (``tests/test_observation.py`` compares them on every row of the shared replays).
+
+    Rendered states share unchanged dicts and lists between rows (and never mutate them), so each part of the
+    observation (an active Pokémon's eight non-move words, its move slots, a bench, a previous move...) is made
+    once per distinct object, told apart by identity (the states the caller holds keep them alive), or per distinct
+    value. The rows are then gathered from the parts by numpy (words, numbers) and Arrow (the text): no word or
+    number goes through a Python list per row.
+    """
+    from shards_schema.pokemon import TURNS_SCHEMA
+
+    words = _Words(version)
+    n = len(states)
+    values = list(zip(*map(_GLOBAL_FIELDS, states), strict=True)) if n else [()] * len(_GLOBAL_FIELDS_NAMES)
+    forced, can_tera, weather, battle_field, player_prev, opponent_prev, player_cond, opponent_cond = values
+    flags = list(zip(formats, forced, can_tera, weather, strict=True))
+    parts = [
+        words.part(flags, flags, lambda f: (f[0], "forcedswitch" if f[1] else "noforcedswitch",
+                                            "cantera" if f[2] else "nocantera", f[3]), 4),
+        words.part(battle_field, list(map(id, battle_field)), lambda f: _first(f, 2, "nofield"), 2),
+        *(words.part(prev, list(map(id, prev)), lambda m: (m["name"] if m else "nomove",), 1)
+          for prev in (player_prev, opponent_prev)),
+        *(words.part(cond, list(map(id, cond)), lambda c: _first(c, 2, "nocondition"), 2)
+          for cond in (player_cond, opponent_cond)),
+    ]
+    me, mine = _pokemon(words, list(map(_PLAYER_ACTIVE, states)), opponent=False)
+    opp, theirs = _pokemon(words, list(map(_OPPONENT_ACTIVE, states)), opponent=True)
+    bench, hps = _bench(words, list(map(_SWITCHES, states)))
+    parts += [*me, *opp, bench]
+    tokens = np.concatenate([p.ids[p.at] for p in parts], axis=1)
+    if tokens.shape[1] != OBS_WORDS:
+        raise AssertionError(f"{tokens.shape[1]} words, not {OBS_WORDS}")
+    last = np.stack([np.fromiter(map(_PLAYER_REMAINING, states), np.float64, n) / 6.0,
+                     np.fromiter(map(_OPPONENTS_REMAINING, states), np.float64, n) / 6.0,
+                     mine[:, -2], theirs[:, -2], np.array(forced, dtype=np.float64), mine[:, -1], theirs[:, -1]],
+                    axis=1)
+    numeric = np.concatenate([mine[:, :-2], theirs[:, :-2], hps, last], axis=1)
+    if numeric.shape[1] != OBS_NUMERIC:
+        raise AssertionError(f"{numeric.shape[1]} numbers, not {OBS_NUMERIC}")
+    text = pc.binary_join_element_wise(
+        *(pa.array(p.texts, pa.string()).take(pa.array(p.at, pa.int32())) for p in parts), " ")
+    types = {name: TURNS_SCHEMA.field(name).type for name in ("obs_tokens", "obs_numeric", "obs_unknown_words")}
+    return {
+        "obs_text": text,
+        "obs_tokens": pa.FixedSizeListArray.from_arrays(pa.array(tokens.ravel(), types["obs_tokens"].value_type),
+                                                        type=types["obs_tokens"]),
+        "obs_numeric": pa.FixedSizeListArray.from_arrays(
+            pa.array(numeric.astype(np.float32).ravel(), types["obs_numeric"].value_type), type=types["obs_numeric"]),
+        "obs_unknown_words": pa.array((tokens == UNK_ID).sum(axis=1), types["obs_unknown_words"]),
+    }
+
 
 _ACTIVE_FIELDS = operator.itemgetter("name", "item", "ability", "types", "status", "effects", "tera_type", "hp_pct",
                                      "moves")
 _BOOST_VALUES = operator.itemgetter(*_BOOSTS)
+_LEVEL = operator.itemgetter("level")
+_MOVE_WORDS = operator.itemgetter("name", "move_type", "category")
+_TERASTALLIZED = operator.itemgetter("terastallized")
+_PLAYER_ACTIVE = operator.itemgetter("player_active")
+_OPPONENT_ACTIVE = operator.itemgetter("opponent_active")
+_SWITCHES = operator.itemgetter("available_switches")
+_PLAYER_REMAINING = operator.itemgetter("player_remaining")
+_OPPONENTS_REMAINING = operator.itemgetter("opponents_remaining")
+_GLOBAL_FIELDS_NAMES = ("forced_switch", "can_tera", "weather", "battle_field", "player_prev_move",
+                        "opponent_prev_move", "player_conditions", "opponent_conditions")
+_GLOBAL_FIELDS = operator.itemgetter(*_GLOBAL_FIELDS_NAMES)

@@ -3,6 +3,9 @@ each generation, the formats of the pinned simulator, the observation vocabulary
 
 from __future__ import annotations
 
+import pyarrow as pa
+
+from pipelines.pokemon.trajectory import turns_table
 from pipelines.stages import Parser
 from shards_schema.pokemon import INDEX_SCHEMA, TURNS_SCHEMA
 from shards_schema.versions import POKEMON_TURNS
@@ -23,3 +26,7 @@ class PokemonParser(Parser):
         self.known_formats = known_formats()
         self.dexes = {g: load_dex(g) for g in range(1, 10)}
         vocabulary()
+
+    def table(self, rows: list[dict]) -> pa.Table:
+        """The rows' fields, and their observation columns derived from their states for the whole batch."""
+        return turns_table(rows)

@@ -1,13 +1,17 @@
-"""Turn a sequence of (state, action, legal mask) into ``pokemon_turns`` rows: observations, rewards, checks."""
+"""Turn a sequence of (state, action, legal mask) into ``pokemon_turns`` rows (rewards, checks), and rows into a
+table, with the observation columns derived from the rows' states for the whole table at once."""
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 from pipelines.errors import IllegalActionError
-from pipelines.pokemon.observation import Observer
-from shards_schema.pokemon import NUM_ACTIONS, NUM_MOVES, NUM_SWITCHES
+from pipelines.pokemon.observation import observation_columns
+from shards_schema.declare import to_table
+from shards_schema.pokemon import NUM_ACTIONS, NUM_MOVES, NUM_SWITCHES, TURNS_SCHEMA
 
 _RESULT_REWARD = {"win": 1.0, "loss": -1.0, "tie": 0.0, "unknown": 0.0}
 
@@ -65,26 +69,39 @@ def _mask(num_moves: int, num_switches: int, can_tera: bool) -> list[bool]:
 
 def build_rows(meta: TrajectoryMeta, steps: list[tuple[dict, int, list[bool]]], *, mask_exact: bool,
                battle_turns: list[int | None]) -> list[dict]:
-    """Rows for one trajectory. The last step is terminal (done) and carries the result's reward.
+    """Rows for one trajectory, with the fields of ``ROW_SCHEMA`` (``turns_table`` adds the observations). The
+    last step is terminal (done) and carries the result's reward.
 
     Raises IllegalActionError when a visible action is not legal under its mask.
     """
     rows = []
     last = len(steps) - 1
-    observe = Observer(meta.format)
     for i, ((state, action, mask), battle_turn) in enumerate(zip(steps, battle_turns, strict=True)):
         if action >= 0 and (action >= NUM_ACTIONS or not mask[action]):
             raise IllegalActionError(
                 f"{meta.trajectory_id} decision {i}: action {action} is not legal there (legal: "
                 f"{[a for a, ok in enumerate(mask) if ok]})"
             )
-        text, tokens, numeric, unknown = observe(state)
         rows.append({
             "trajectory_id": meta.trajectory_id, "battle_id": meta.battle_id, "format": meta.format,
             "player_side": meta.player_side, "player_name": meta.player_name, "opponent_name": meta.opponent_name,
-            "turn_index": i, "battle_turn": battle_turn, "state": state, "obs_text": text, "obs_tokens": tokens,
-            "obs_numeric": numeric, "obs_unknown_words": unknown, "action": action, "legal_mask": mask,
+            "turn_index": i, "battle_turn": battle_turn, "state": state, "action": action, "legal_mask": mask,
             "legal_mask_exact": mask_exact, "reward": _RESULT_REWARD[meta.result] if i == last else 0.0,
             "done": i == last, "result": meta.result, "rating": meta.rating,
         })
     return rows
+
+
+OBSERVATION_COLUMNS = ("obs_text", "obs_tokens", "obs_numeric", "obs_unknown_words")
+"""The ``pokemon_turns`` columns derived from a row's state by the observation spec; rows do not carry them."""
+ROW_SCHEMA = pa.schema([f for f in TURNS_SCHEMA if f.name not in OBSERVATION_COLUMNS], metadata=TURNS_SCHEMA.metadata)
+"""The fields of a row of ``build_rows``: ``TURNS_SCHEMA`` without ``OBSERVATION_COLUMNS``."""
+
+
+def turns_table(rows: list[dict]) -> pa.Table:
+    """Rows of ``build_rows`` → a ``pokemon_turns`` table: their fields as they are, and the observation columns
+    derived from their states (``observation_columns``), for the whole batch at once."""
+    base = to_table(rows, ROW_SCHEMA)
+    observations = observation_columns([row["state"] for row in rows], [row["format"] for row in rows])
+    return pa.Table.from_arrays([observations[f.name] if f.name in observations else base.column(f.name)
+                                 for f in TURNS_SCHEMA], schema=TURNS_SCHEMA)
