@@ -24,8 +24,9 @@ Numeric layout (index: meaning, scale):
   44 opponent active level ÷ 100; 45 forced switch; 46 player active terastallized; 47 opponent terastallized.
 Absent values are 0.
 
-``decode_tokens`` reads a row's word ids back as words, and ``OBS_WORD_FIELDS`` names the stored state field each
-word comes from.
+``observe`` derives one state's observation; ``observation_columns`` derives the columns of many states at once (what
+shards are written with), equal to it. ``decode_tokens`` reads a row's word ids back as words, and ``OBS_WORD_FIELDS``
+names the stored state field each word comes from.
 """
 
 from __future__ import annotations
@@ -122,12 +123,18 @@ def _first(values: list[str], k: int, empty: str) -> list[str]:
     return out + [empty] * (k - len(out))
 
 
+def _head_words(mon: dict) -> tuple[str, ...]:
+    """The eight words of an active Pokémon before its moves."""
+    types, effects = mon["types"], mon["effects"]
+    return (mon["name"], mon["item"], mon["ability"], types[0] if types else "notype",
+            types[1] if len(types) > 1 else "notype", mon["status"], effects[0] if effects else "noeffect",
+            mon["tera_type"])
+
+
 def _active_words(mon: dict | None, *, opponent: bool) -> list[str]:
     if mon is None:
         return [BLANK] * _ACTIVE_WORDS
-    types = _first(mon["types"], 2, "notype")
-    words = [mon["name"], mon["item"], mon["ability"], types[0], types[1], mon["status"],
-             mon["effects"][0] if mon["effects"] else "noeffect", mon["tera_type"]]
+    words = list(_head_words(mon))
     moves = mon["moves"]
     for slot in range(NUM_MOVES):
         if slot < len(moves):
@@ -162,17 +169,22 @@ def _switch_tokens(mon: dict | None) -> tuple[list[str], list[int]]:
     return words, _ids(words)
 
 
+def _flag_words(format_id: str, forced_switch: bool, can_tera: bool, weather: str) -> tuple[str, str, str, str]:
+    """Words 0-3."""
+    return (format_id, "forcedswitch" if forced_switch else "noforcedswitch", "cantera" if can_tera else "nocantera",
+            weather)
+
+
+def _prev_move_word(move: dict | None) -> str:
+    return move["name"] if move else "nomove"
+
+
 def _global_words(state: dict, format_id: str) -> list[str]:
-    fields = _first(state["battle_field"], 2, "nofield")
-    pprev, oprev = state["player_prev_move"], state["opponent_prev_move"]
     return [
-        format_id,
-        "forcedswitch" if state["forced_switch"] else "noforcedswitch",
-        "cantera" if state["can_tera"] else "nocantera",
-        state["weather"],
-        *fields,
-        pprev["name"] if pprev else "nomove",
-        oprev["name"] if oprev else "nomove",
+        *_flag_words(format_id, state["forced_switch"], state["can_tera"], state["weather"]),
+        *_first(state["battle_field"], 2, "nofield"),
+        _prev_move_word(state["player_prev_move"]),
+        _prev_move_word(state["opponent_prev_move"]),
         *_first(state["player_conditions"], 2, "nocondition"),
         *_first(state["opponent_conditions"], 2, "nocondition"),
     ]
@@ -245,7 +257,7 @@ def observation_numeric(state: dict) -> list[float]:
 
 def observe(state: dict, format_id: str) -> tuple[str, list[int], list[float], int]:
     """(text, token ids, numeric features, number of unknown words) for one state: the readable reference of
-    ``Observer``."""
+    ``observation_columns``."""
     words, tokens = observation_tokens(state, format_id)
     unknown = tokens.count(UNK_ID)
     return " ".join(words), tokens, observation_numeric(state), unknown
@@ -338,13 +350,6 @@ def _move_numbers_of(move: dict) -> tuple[float, float, float, float]:
             move["current_pp"] / move["max_pp"] if move["max_pp"] else 0.0, move["priority"] / 5.0)
 
 
-def _head_words(mon: dict) -> tuple[str, ...]:
-    types, effects = mon["types"], mon["effects"]
-    return (mon["name"], mon["item"], mon["ability"], types[0] if types else "notype",
-            types[1] if len(types) > 1 else "notype", mon["status"], effects[0] if effects else "noeffect",
-            mon["tera_type"])
-
-
 def _bench(words: _Words, benches: list) -> tuple[_Part, np.ndarray]:
     """(words 52-86, numeric features 36-40) of each row's switch slots."""
     at, holders = _distinct(list(map(id, benches)))
@@ -377,10 +382,9 @@ def observation_columns(states: list[dict], formats: list[str], version: str = O
     forced, can_tera, weather, battle_field, player_prev, opponent_prev, player_cond, opponent_cond = values
     flags = list(zip(formats, forced, can_tera, weather, strict=True))
     parts = [
-        words.part(flags, flags, lambda f: (f[0], "forcedswitch" if f[1] else "noforcedswitch",
-                                            "cantera" if f[2] else "nocantera", f[3]), 4),
+        words.part(flags, flags, lambda f: _flag_words(*f), 4),
         words.part(battle_field, list(map(id, battle_field)), lambda f: _first(f, 2, "nofield"), 2),
-        *(words.part(prev, list(map(id, prev)), lambda m: (m["name"] if m else "nomove",), 1)
+        *(words.part(prev, list(map(id, prev)), lambda m: (_prev_move_word(m),), 1)
           for prev in (player_prev, opponent_prev)),
         *(words.part(cond, list(map(id, cond)), lambda c: _first(c, 2, "nocondition"), 2)
           for cond in (player_cond, opponent_cond)),

@@ -30,6 +30,7 @@ The legal mask is derived from the state (``legal_mask_exact`` false).
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 
 from pipelines.errors import ProtocolError, TruncatedBattleError
@@ -47,6 +48,9 @@ _FORCED_ONLY = ("struggle", "recharge")
 _SLEEP_USABLE = ("sleeptalk", "snore")  # the moves with ``sleepUsable: true`` in pokemon-showdown 0.11.11's dex
 _HINDSIGHT_KINDS = frozenset(("switch", "drag", "replace", "move", "cant", "-transform", "-start", "-activate",
                               "-terastallize", "-item", "-enditem", "-ability"))
+# lines of those kinds, or any line naming an item or ability by [from] (the log's lines hold no newline)
+_HINDSIGHT_LINES = re.compile(
+    rf"^\|(?:{'|'.join(map(re.escape, sorted(_HINDSIGHT_KINDS)))})(?:\|.*)?$|^\|.*\[from\] .*$", re.MULTILINE)
 # the kinds the walk reads besides the tracker; every other line goes to the tracker only
 _WALK_KINDS = frozenset(("turn", "switch", "drag", "move", "cant", "-transform", "-start", "-activate",
                          "-terastallize"))
@@ -77,14 +81,11 @@ def hindsight(lines: list[str]) -> tuple[dict[str, dict[str, Known]], dict[str, 
     order: dict[str, list[str]] = {"p1": [], "p2": []}
     transformed: dict[tuple[str, str], tuple[str, str]] = {}  # (side, nick) → whom it copied
     mimicked: dict[tuple[str, str], str] = {}  # (side, nick) → the move Mimic put in its Mimic slot
-    for line in lines:
-        if not line.startswith("|"):
-            continue
+    # Most lines (damage, turns, boosts...) say nothing a player knows in hindsight: one scan of the joined log
+    # finds the others (gen1ou: 105 of 443 lines), about 3x faster than testing each line in Python.
+    for match in _HINDSIGHT_LINES.finditer("\n".join(lines)):
+        line = match.group()
         reveals = "[from] " in line  # an item or ability named by [from] (Leftovers, Rough Skin...)
-        if not reveals:  # most lines (damage, turns, boosts...) say nothing a player knows in hindsight
-            end = line.find("|", 1)
-            if (line[1:end] if end > 0 else line[1:]) not in _HINDSIGHT_KINDS:
-                continue
         parts = line.split("|")
         kind = parts[1] if len(parts) > 1 else ""
         try:
@@ -173,12 +174,14 @@ class SpectatorParser:
         self.used_tera = {"p1": False, "p2": False}
         self.moved_this_turn = False
         self._own_memo: dict[tuple, dict] = {}
+        self._moves_memo: dict[tuple, list[dict]] = {}  # (move ids, PP used) → the rendered move slots
         self._own_last: dict[str, dict[str, tuple]] = {"p1": {}, "p2": {}}  # nick → (Mon, revision, slots, render)
         self._foe_last: dict[str, tuple] = {}  # side → (Mon, revision, render) of its active
         # each Pokémon's own moves as the whole log reveals them (fixed once the log is read)
         self._own_moves = {(side_id, nick): tuple(k.moves[:NUM_MOVES])
                            for side_id, team in self.known.items() for nick, k in team.items()}
-        self._switches: dict[str, list[dict]] = {"p1": [], "p2": []}  # the last available_switches, to share
+        # the last available_switches, to share, with the benched Pokémon and their revisions it was made from
+        self._switches: dict[str, tuple[list, list[int], list[dict]]] = {"p1": ([], [], []), "p2": ([], [], [])}
         self._teampreview: dict[str, list[str]] = {"p1": [], "p2": []}  # the last opponent_teampreview, to share
         self._benches: dict[str, list[tuple[str, ...]]] = {"p1": [], "p2": []}  # switch targets of each decision
 
@@ -202,10 +205,13 @@ class SpectatorParser:
         key = (side_id, nick, *tracker.mon_key(fresh), move_ids, used)  # one flat tuple: one object to collect
         out = self._own_memo.get(key)
         if out is None:
-            try:
-                moves = [tracker.move_state(m, used=u) for m, u in zip(move_ids, used, strict=True)]
-            except UnknownDexEntry as err:
-                raise ProtocolError(str(err)) from err
+            moves = self._moves_memo.get((move_ids, used))
+            if moves is None:  # a list per distinct move slots and PP used, shared by the Pokémon's renders
+                try:
+                    moves = [tracker.move_state(m, used=u) for m, u in zip(move_ids, used, strict=True)]
+                except UnknownDexEntry as err:
+                    raise ProtocolError(str(err)) from err
+                self._moves_memo[(move_ids, used)] = moves
             out = tracker.render_mon(fresh, moves)
             if k.item is not None and out["item"] == "unknownitem":
                 out["item"] = k.item
@@ -263,10 +269,16 @@ class SpectatorParser:
         known_fainted = [m.status for m in side.mons.values()].count("fnt")
         # Lists equal to the previous decision's are that list, shared (never mutated): fewer objects for the
         # cyclic collector to walk, and Arrow and the observation convert a shared object once.
-        switches = [self._own(side, nick, side.mons.get(nick)) for nick in bench]
-        if switches == self._switches[side_id]:
-            switches = self._switches[side_id]
-        self._switches[side_id] = switches
+        mons = [side.mons.get(nick) for nick in bench]
+        revisions = [(-1 if mon.aliased else mon.revision) if mon is not None else 0 for mon in mons]
+        last_mons, last_revisions, switches = self._switches[side_id]
+        # A benched Pokémon's render changes only with its revision (switching out raises it and clears what its
+        # move slots depend on: transform, Mimic): unchanged Pokémon at unchanged revisions are the last list.
+        if mons != last_mons or revisions != last_revisions or -1 in revisions:
+            fresh = [self._own(side, nick, mon) for nick, mon in zip(bench, mons, strict=True)]
+            if fresh != switches:
+                switches = fresh
+            self._switches[side_id] = (mons, revisions, switches)
         teampreview = self._teampreview[side_id]
         if teampreview != foe.teampreview:
             teampreview = self._teampreview[side_id] = list(foe.teampreview)

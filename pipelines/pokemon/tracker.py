@@ -169,6 +169,8 @@ class BattleTracker:
         self._mon_moves_memo: dict[tuple, dict] = {}
         self._conditions_memo: dict[tuple, list[str]] = {}
         self._lists: dict[tuple[str, ...], list[str]] = {}
+        self._no_effects = self._shared_list(())
+        self._species_fields: dict[str, tuple[str, str, list[str], dict]] = {}  # species as named → _species_part
         self._field_memo: dict[tuple, list[str]] = {}
 
     # ------------------------------------------------------------------ feeding lines
@@ -538,27 +540,36 @@ class BattleTracker:
 
     def render_mon(self, mon: Mon, moves: list[dict]) -> dict:
         """A new dict of ``mon`` in the declared ``PokemonState`` shape (``mon_state`` memoizes it)."""
-        try:
-            species_id = self.dex.species_id(mon.species)
-        except UnknownDexEntry as err:
-            raise ProtocolError(str(err)) from err
-        entry = self.dex.species[species_id]
-        stats = entry["base_stats"]
+        species = self._species_fields.get(mon.species)
+        if species is None:
+            species = self._species_fields[mon.species] = self._species_part(mon.species)
+        species_id, base_species, default_types, base_stats = species
         boosts = mon.boosts
-        types = tuple(mon.types if mon.types is not None else entry["types"])
-        effects = tuple(sorted(mon.effects))
         return {
-            "name": species_id, "base_species": entry["base_species"], "hp_pct": mon.hp_pct,
-            "types": self._shared_list(types), "item": mon.item, "ability": mon.ability, "level": mon.level,
-            "status": mon.status, "effects": self._shared_list(effects), "moves": moves,
+            "name": species_id, "base_species": base_species, "hp_pct": mon.hp_pct,
+            "types": self._shared_list(tuple(mon.types)) if mon.types is not None else default_types,
+            "item": mon.item, "ability": mon.ability, "level": mon.level, "status": mon.status,
+            "effects": self._shared_list(tuple(sorted(mon.effects))) if mon.effects else self._no_effects,
+            "moves": moves,
             "atk_boost": boosts.get("atk_boost", 0), "def_boost": boosts.get("def_boost", 0),
             "spa_boost": boosts.get("spa_boost", 0), "spd_boost": boosts.get("spd_boost", 0),
             "spe_boost": boosts.get("spe_boost", 0), "accuracy_boost": boosts.get("accuracy_boost", 0),
             "evasion_boost": boosts.get("evasion_boost", 0),
-            "base_hp": stats["hp"], "base_atk": stats["atk"], "base_def": stats["def"], "base_spa": stats["spa"],
-            "base_spd": stats["spd"], "base_spe": stats["spe"],
-            "tera_type": mon.tera_type, "terastallized": mon.terastallized,
+            **base_stats, "tera_type": mon.tera_type, "terastallized": mon.terastallized,
         }
+
+    def _species_part(self, species: str) -> tuple[str, str, list[str], dict]:
+        """(species id, base species id, its dex types as a shared list, its base stats as ``PokemonState``
+        fields) of a species as the log names it."""
+        try:
+            species_id = self.dex.species_id(species)
+        except UnknownDexEntry as err:
+            raise ProtocolError(str(err)) from err
+        entry = self.dex.species[species_id]
+        stats = entry["base_stats"]
+        return species_id, entry["base_species"], self._shared_list(tuple(entry["types"])), {
+            "base_hp": stats["hp"], "base_atk": stats["atk"], "base_def": stats["def"], "base_spa": stats["spa"],
+            "base_spd": stats["spd"], "base_spe": stats["spe"]}
 
     def _shared_list(self, values: tuple[str, ...]) -> list[str]:
         """One list per distinct content, shared by the rendered Pokémon (never mutate it): fewer objects for the
