@@ -5,8 +5,9 @@
 
 Prints:
 1. the Ray job end to end (simulate → parse → shards) on 2 local CPUs;
-2. parse-only trajectories/s per core for the generated source (simulator records) and the metamon source
-   (Metamon-format .json.lz4 files written from the same trajectories), each in one process on one core;
+2. parse trajectories/s per core for the generated source (simulator records) and the metamon source
+   (Metamon-format .json.lz4 files written from the same trajectories), each input's rows made into a table with
+   its observation columns (``turns_table``), in one process on one core;
 3. turns/s into training batches from the shards vs a naive per-file ``lz4 + json.loads`` loader (what public
    Pokémon training code does), with and without featurizing states into observation tokens.
 """
@@ -29,6 +30,7 @@ import numpy as np  # noqa: E402
 from pipelines.parse_replays import ParseConfig, run  # noqa: E402
 from pipelines.pokemon.dex import known_formats, load_dex  # noqa: E402
 from pipelines.pokemon.observation import observe  # noqa: E402
+from pipelines.pokemon.trajectory import turns_table  # noqa: E402
 from pipelines.sources import generated, metamon  # noqa: E402
 from pipelines.sources.generated import GeneratedConfig  # noqa: E402
 from shards_schema.reader import open_version  # noqa: E402
@@ -116,17 +118,18 @@ def main() -> None:
             recs, secs = _timed(lambda chunk=chunk: list(generated.generate(chunk)))
             records += recs
             sim_s += secs
-        parsed, gen_s = _timed(lambda: [generated.parse(b, p, dexes, None)[0] for b, p in records])
+        parsed, gen_s = _timed(lambda: [turns_table(generated.parse(b, p, dexes, None)[0]) for b, p in records])
         gen_traj = 2 * len(records)
         print(f"simulator (node, 1 core): {len(records) / sim_s:.1f} battles/s")
         print(f"generated source parse (1 core): {gen_traj / gen_s:.1f} trajectories/s "
-              f"({sum(map(len, parsed)) / gen_s:.0f} turns/s)")
+              f"({sum(t.num_rows for t in parsed) / gen_s:.0f} turns/s)")
 
         files_dir = work / "metamon"
         files_dir.mkdir()
         paths = write_metamon_files(version, files_dir)
         formats = known_formats()
-        _, meta_s = _timed(lambda: [metamon.parse(p.name, p.read_bytes(), None, formats) for p in paths])
+        _, meta_s = _timed(lambda: [turns_table(metamon.parse(p.name, p.read_bytes(), None, formats)[0])
+                                    for p in paths])
         print(f"metamon source parse (1 core, {len(paths)} files): {len(paths) / meta_s:.1f} trajectories/s")
 
         for path in paths:  # warm the page cache so both loaders read from memory
