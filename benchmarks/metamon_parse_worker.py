@@ -2,14 +2,13 @@
 
 Runs under an interpreter where Metamon (UT-Austin-RPL/metamon) is importable, installed beside this project (it
 pins its own poke-env fork, which cannot share the project's environment): the benchmark starts it as a child
-process and sends it blocks of replays to alternate with its own parser. It imports nothing from this project.
+process and sends it blocks of replays to alternate with its own parser. It imports nothing from this project but
+the protocol beside it (``parse_worker_protocol.py``, standard library only).
 
     METAMON_PYTHON=/path/to/metamon-venv/bin/python python benchmarks/replay_parse_speed.py
 
-Protocol (one JSON document a line): ``{"load": path}`` names a JSON file holding the replays (a list in the public
-replay JSON shape); ``{"parse": [i, ...]}`` parses those of them, and one line comes back on the original stdout:
-``[[ok, cpu_s, num_states, error], ...]``, one entry per index. ``cpu_s`` is this process's CPU
-time of the parse call only (``time.process_time`` around it); Python's default gc stays on.
+Protocol: ``parse_worker_protocol.py``; the count of a parse is the number of states, and a refusal is one of
+Metamon's own typed exceptions.
 
 What the parse call is: ``ReplayParser.parse_replay`` without its file read and write, i.e. the log cleaning, the
 forward fill, the backward fill (with team prediction) and ``povreplay_to_seq`` for both players (what
@@ -26,12 +25,10 @@ Offline stand-ins (Metamon downloads Smogon usage statistics for these on first 
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import time
 import warnings
 from datetime import datetime
+
+from parse_worker_protocol import protocol_stream, serve
 
 
 def _install_stand_ins():
@@ -69,8 +66,7 @@ def _install_stand_ins():
 
 
 def main() -> None:
-    out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
-    sys.stdout = sys.stderr  # anything Metamon prints must not reach the protocol stream
+    out = protocol_stream()  # anything Metamon prints must not reach the protocol stream
 
     from metamon.data.replay_dataset.parsed_replays.replay_parser import backward, forward
     from metamon.data.replay_dataset.parsed_replays.replay_parser.exceptions import (
@@ -90,24 +86,7 @@ def main() -> None:
         from_p1, from_p2 = backward.backward_fill(parsed, team_predictor=predictor)
         return sum(len(parser.povreplay_to_seq(pov)[0]) for pov in (from_p1, from_p2))
 
-    replays: list[dict] = []
-    for line in sys.stdin:
-        message = json.loads(line)
-        if "load" in message:
-            with open(message["load"]) as f:
-                replays = json.load(f)
-            continue
-        results = []
-        for i in message["parse"]:
-            start = time.process_time()
-            try:
-                states = parse(replays[i])
-            except (ForwardException, BackwardException) as err:  # Metamon's own typed refusals
-                results.append([False, time.process_time() - start, 0, f"{type(err).__name__}: {err}"[:300]])
-                continue
-            results.append([True, time.process_time() - start, states, None])
-        out.write(json.dumps(results) + "\n")
-        out.flush()
+    serve(out, parse, refusals=(ForwardException, BackwardException))  # Metamon's own typed refusals
 
 
 if __name__ == "__main__":

@@ -5,21 +5,16 @@ battle object at every turn: the approach of Metamon's parser, which deep-copies
 It runs in a child process, as Metamon's parser does, so that poke-env's data (about 115k objects the cyclic
 collector tracks, against our parser's ~75k in all) is not in the heap every full collection of our parser walks.
 
-Protocol (one JSON document a line), as ``metamon_parse_worker.py``: ``{"load": path}`` names a JSON file holding the
-replays; ``{"parse": [i, ...]}`` parses those of them, and one line comes back on stdout: ``[[ok, cpu_s,
-num_snapshots, error], ...]``, one entry per index. ``cpu_s`` is this process's CPU time of the parse call only
-(``time.process_time`` around it); Python's default gc stays on.
+Protocol: ``parse_worker_protocol.py``; the count of a parse is the number of snapshots.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import logging
-import os
 import re
-import sys
-import time
+
+from parse_worker_protocol import protocol_stream, serve
 
 
 def poke_env_baseline(replay: dict) -> int:
@@ -47,23 +42,7 @@ def poke_env_baseline(replay: dict) -> int:
 
 
 def main() -> None:
-    out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
-    sys.stdout = sys.stderr  # anything poke-env prints must not reach the protocol stream
-    replays: list[dict] = []
-    for line in sys.stdin:
-        message = json.loads(line)
-        if "load" in message:
-            with open(message["load"]) as f:
-                replays = json.load(f)
-            continue
-        results = []
-        for i in message["parse"]:
-            start = time.process_time()
-            snapshots = poke_env_baseline(replays[i])
-            results.append([True, time.process_time() - start, snapshots, None])
-        out.write(json.dumps(results) + "\n")
-        out.flush()
-
+    serve(protocol_stream(), poke_env_baseline)
 
 if __name__ == "__main__":
     main()
