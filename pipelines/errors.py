@@ -1,4 +1,5 @@
-"""Typed parse failures. Each becomes one quarantine row with its ``reason`` key; none is fatal to a job."""
+"""Typed input failures: bad bytes of one input. Each becomes one quarantine row with its ``reason`` key; none is
+fatal to a job."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ class InputError(Exception):
 
 
 class ReadError(InputError):
-    stage, reason = "read", "unreadable"
+    """Bytes a container's reader cannot decode: a damaged archive member, a Parquet footer, page or row. A store
+    that cannot be read is not an input's fault: it raises ``shards_schema.storage.StorageError`` and the job stops
+    (``pipelines/parse_replays.py``)."""
+
+    stage, reason = "read", "corrupt_input"
 
 
 class CorruptCompressionError(InputError):

@@ -35,6 +35,8 @@ from pipelines.sources.generated import GeneratedConfig  # noqa: E402
 from pipelines.sources.replays import ReplayFilterConfig  # noqa: E402
 from pipelines.sources.slp import SlpConfig  # noqa: E402
 from pipelines.stages import InputRecord, ParsedBatch  # noqa: E402
+from pipelines.writer import LostInputsError  # noqa: E402
+from shards_schema.storage import RetryPolicy, StorageError  # noqa: E402
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +62,9 @@ class ParseConfig:
         num_cpus: CPUs of the local Ray instance (plain-script runs; ignored under ray job submit).
         progress_every_s: seconds between progress lines (inputs read of the total, parsed, rows/s, quarantined,
             ETA: ``ParseProgress``).
+        max_unreadable: work items the store may fail to deliver, after every retry, before the job stops without
+            publishing (default 0: any lost input stops it). Accepted losses are quarantined ``unreadable``, and
+            the version's name says which inputs it lacks, so it never takes the name of the complete version.
         generated: battles and games the job makes itself.
         replays: which public replays to keep.
         slp: which Melee games to keep.
@@ -78,6 +83,7 @@ class ParseConfig:
     inputs_per_batch: int = 16
     num_cpus: int = 2
     progress_every_s: float = 10.0
+    max_unreadable: int = 0
     generated: GeneratedConfig = field(default_factory=GeneratedConfig)
     replays: ReplayFilterConfig = field(default_factory=ReplayFilterConfig)
     slp: SlpConfig = field(default_factory=SlpConfig)
@@ -86,6 +92,8 @@ class ParseConfig:
         stages.source_class(self.source).check(self)
         if self.shard_size_mb <= 0 or self.num_parse_actors < 1 or not 0 < self.cpus_per_actor <= 1:
             raise ValueError("need shard_size_mb > 0, num_parse_actors >= 1 and 0 < cpus_per_actor <= 1")
+        if self.max_unreadable < 0:
+            raise ValueError(f"--max-unreadable must be >= 0, got {self.max_unreadable}")
         from pipelines.writer import check_name
 
         if self.dataset:  # the folder under --out
@@ -162,12 +170,17 @@ class ParseInputs:
         # would run hundreds of times per batch for nothing (measured: a third of parse time).
         gc.disable()
         try:
-            for input_id, payload, read_error, source_filter, facts_json in zip(
+            for input_id, payload, read_error, source_filter, facts_json, lost in zip(
                     batch["input_id"].to_pylist(), batch["payload"].to_pylist(), batch["read_error"].to_pylist(),
-                    batch["filter_reason"].to_pylist(), batch["facts_json"].to_pylist(), strict=True):
+                    batch["filter_reason"].to_pylist(), batch["facts_json"].to_pylist(), batch["lost"].to_pylist(),
+                    strict=True):
                 sha = hashlib.sha256(payload).hexdigest() if payload is not None else None
                 record = InputRecord(input_id=input_id, source=self.source, input_sha256=sha)
                 try:
+                    if lost is not None:
+                        records.append(record.dropped("quarantined", stage="read", error_type=stages.LOST_ERROR_TYPE,
+                                                      reason=stages.UNREADABLE, message=lost[:2000]))
+                        continue
                     if source_filter is not None:
                         records.append(record.dropped("filtered", stage="read", error_type="filter",
                                                       reason=source_filter,
@@ -227,23 +240,48 @@ MAX_GROUP_INPUT_BYTES = 512 << 20
 node's actors fit in memory. Melee inputs shrink ~16x (``SlpSource.shard_bytes_per_input_byte``): their shards come
 out at ~32 MiB at most, whatever --shard-size-mb above that."""
 _READ_ROW = pa.struct([("input_id", pa.string()), ("payload", pa.large_binary()), ("read_error", pa.string()),
-                       ("filter_reason", pa.string()), ("facts_json", pa.string())])
+                       ("filter_reason", pa.string()), ("facts_json", pa.string()), ("lost", pa.string())])
+ITEM_RETRY = RetryPolicy(attempts=3, base_s=1.0, cap_s=10.0)
+"""Re-reads of a whole work item after a ``StorageError`` (each store operation inside is already retried): a
+stream cut mid-body, which no decoder can resume, is read again from its start."""
 
 
-def read_groups(tasks: pa.Table, *, source: stages.Source, group_bytes: float, progress=None):
+def read_item(source: stages.Source, item: dict, *, max_unreadable: int,
+              policy: RetryPolicy = ITEM_RETRY) -> list[dict]:
+    """The ``read_row`` of each input of one work item, the item re-read whole while the store fails. When it keeps
+    failing: one row marked ``lost`` under the item's id if the job accepts losses (``max_unreadable > 0``: the
+    driver counts them against the limit), else the ``StorageError`` itself, naming the item, which fails the read
+    task and so the job, before anything is published."""
+    for attempt in range(1, policy.attempts + 1):
+        try:
+            return source.read(item)
+        except StorageError as err:
+            failure = err
+            if attempt < policy.attempts:
+                time.sleep(policy.wait_s(attempt))
+    lost = StorageError(f"read of input {item['id']} from", failure.uri,
+                        f"{failure.cause} (the work item read {policy.attempts} times)", failure.attempts)
+    if max_unreadable > 0:
+        return [stages.read_row(item["id"], lost=str(lost))]
+    raise lost from failure
+
+
+def read_groups(tasks: pa.Table, *, source: stages.Source, group_bytes: float, progress=None,
+                max_unreadable: int = 0):
     """A read task: reads its work items in order and yields their inputs in groups of consecutive inputs of about
     ``group_bytes`` input bytes (an input is never split; a group never spans tasks), one row per group named
     ``<task>-<group>``. Cut by the bytes read, the groups are the same on every run: shard boundaries follow.
 
     Each item read is told to ``progress`` (a ``ReadProgress`` actor), for the driver's progress line: reads go on
-    while a group fills, so the line moves before the first group is parsed."""
+    while a group fills, so the line moves before the first group is parsed. A work item the store will not deliver
+    is ``read_item``'s."""
     import json
 
     for task, items_json in zip(tasks.column("task").to_pylist(), tasks.column("items").to_pylist(), strict=True):
         rows, size, number = [], 0, 0
         for item in json.loads(items_json):
             count = 0
-            for row in source.read(item):
+            for row in read_item(source, item, max_unreadable=max_unreadable):
                 rows.append(row)
                 count += 1
                 size += len(row["payload"] or b"")
@@ -347,14 +385,15 @@ def run(cfg: ParseConfig, *, log=print):
     reads = ray.data.TaskPoolStrategy(size=min(cfg.num_parse_actors, len(tasks))) if source.bounded_reads else None
     reader = ray.remote(num_cpus=0)(ReadProgress).remote()
     ds = ds.map_batches(read_groups, batch_size=1, batch_format="pyarrow", num_cpus=cfg.cpus_per_actor / 2,
-                        fn_kwargs={"source": source, "group_bytes": group_bytes, "progress": reader}, compute=reads,
+                        fn_kwargs={"source": source, "group_bytes": group_bytes, "progress": reader,
+                                   "max_unreadable": cfg.max_unreadable}, compute=reads,
                         **runtime_env)
     ds = ds.map_batches(ParseInputs, batch_format="pyarrow", batch_size=1,
                         compute=ray.data.ActorPoolStrategy(size=cfg.num_parse_actors), num_cpus=cfg.cpus_per_actor,
                         fn_constructor_kwargs={"cfg": cfg, "version_uri": spec.uri}, **runtime_env)
     rewrite = ray.remote(num_cpus=cfg.cpus_per_actor, **runtime_env)(drop_rows)
     publisher = VersionPublisher(spec, schema=parser.schema, index_schema=parser.index_schema,
-                                 parquet_options=parser.parquet_options,
+                                 parquet_options=parser.parquet_options, max_unreadable=cfg.max_unreadable,
                                  rewrite=lambda *args: ray.get(rewrite.remote(*args)))
     from pipelines.console import Ticker
 
@@ -448,7 +487,12 @@ def next_steps(dataset_schema: str, uri: str) -> list[str]:
     """The summary's closing lines: each next command, runnable as printed."""
     import shlex
 
-    python = os.path.relpath(sys.executable) if sys.executable.startswith(os.getcwd() + os.sep) else sys.executable
+    try:
+        cwd = os.getcwd()
+    except FileNotFoundError:  # under `ray job submit` the job's working folder may be gone once the job is done
+        cwd = None
+    python = os.path.relpath(sys.executable, cwd) if cwd and sys.executable.startswith(cwd + os.sep) \
+        else sys.executable
     lines = []
     for what, command in NEXT_STEPS.get(dataset_schema, ()):
         lines.append(f"[parse] {what + ':':21s} " + command.format(uri=shlex.quote(uri), python=shlex.quote(python)))
@@ -479,10 +523,34 @@ def _summary(published, elapsed_s: float, log) -> None:
     log(published.uri)
 
 
+def store_failure(err: BaseException) -> StorageError | LostInputsError | None:
+    """The store failure behind a job's exception, however Ray wrapped it (a read task's ``RayTaskError``, Ray Data's
+    ``UserCodeException``), or None when the job failed for another reason."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, (StorageError, LostInputsError)):
+            return err
+        err = getattr(err, "cause", None) or err.__cause__ or err.__context__
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     from pipelines.cli import command_config
 
-    run(command_config(ParseConfig, argv))
+    cfg = command_config(ParseConfig, argv)
+    try:
+        run(cfg)
+    except Exception as err:
+        failure = store_failure(err)
+        if failure is None:
+            raise
+        # An outage is not bad data: say what failed and what to do, without the Ray task's traceback around it.
+        print(f"[parse] failed: {failure}\n[parse] nothing was published. The store did not deliver these inputs "
+              "(an outage, not bad data): re-run the same command once it is reachable (shards already written are "
+              "reused), or accept the loss with --max-unreadable N (the version is then named for what it lacks).",
+              file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -32,20 +32,30 @@ if TYPE_CHECKING:
 
 # ---------------------------------------------------------------------------- source → parser
 def read_row(input_id: str, payload: bytes | None = None, *, read_error: str | None = None,
-             filter_reason: str | None = None, facts: dict | None = None) -> dict:
+             filter_reason: str | None = None, facts: dict | None = None, lost: str | None = None) -> dict:
     """One raw input as a read task hands it to the parse stage; every source builds its rows here.
 
     Args:
         input_id: the input's stable id (a path relative to --input, ``archive::member``, ``table::battle``).
-        payload: the input's bytes (None when it could not be read or is not parsed).
-        read_error: why the input could not be read (it is quarantined with stage ``read``).
+        payload: the input's bytes (None when they are damaged, lost or not parsed).
+        read_error: why its bytes cannot be decoded (a damaged archive member or Parquet page): quarantined with
+            stage ``read``, reason ``corrupt_input``.
         filter_reason: why the source excludes this input without parsing it (e.g. ``not_a_replay``); counted
             as filtered under that reason.
         facts: what the source knows about the input that its bytes do not say (JSON-able), handed to the
             parser.
+        lost: the store failure that kept a work item from being read after every retry, when the job accepts
+            such losses (``--max-unreadable``); the job's read stage sets it, never a source. Quarantined as
+            ``UNREADABLE`` and counted against the limit.
     """
     return {"input_id": input_id, "payload": payload, "read_error": read_error, "filter_reason": filter_reason,
-            "facts_json": json.dumps(facts, sort_keys=True) if facts else None}
+            "facts_json": json.dumps(facts, sort_keys=True) if facts else None, "lost": lost}
+
+
+UNREADABLE = "unreadable"
+"""The quarantine reason of an input the store kept failing to deliver (error type ``StorageError``), accepted by
+``--max-unreadable``: an outage, recorded apart from every reason that means bad bytes."""
+LOST_ERROR_TYPE = "StorageError"
 
 
 def work_item(item_id: str, num_bytes: int | None, **fields) -> dict:
@@ -229,6 +239,11 @@ class InputRecord:
     dedupe_key: str | None = None
     num_rows: int = 0
     index_rows: list[dict] | None = None
+
+    @property
+    def lost(self) -> bool:
+        """Whether the store failed to deliver this input (not its bytes' fault; ``UNREADABLE``)."""
+        return self.status == "quarantined" and self.reason == UNREADABLE and self.error_type == LOST_ERROR_TYPE
 
     def dropped(self, status: str, *, stage: str, error_type: str, reason: str, message: str) -> InputRecord:
         """This input filtered or quarantined instead of written."""

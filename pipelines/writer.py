@@ -176,6 +176,8 @@ class VersionSpec:
         config: the config fields that shape the output.
         planned_inputs: the planned inputs' identity (``pipelines.stages.Plan.identity``; for in-process writers,
             whatever names their inputs: the version they were made from, a rollout's checkpoint and seeds).
+        lost_inputs: ids of the planned inputs the store did not deliver, accepted by ``--max-unreadable``: a
+            version that lacks inputs is named for what it holds, never with the complete version's name.
     """
 
     out_root: str
@@ -185,6 +187,7 @@ class VersionSpec:
     source_revision: str | None
     config: dict
     planned_inputs: str
+    lost_inputs: tuple[str, ...] = ()
 
     def __post_init__(self):
         check_name(self.dataset, "the dataset name (--dataset)")
@@ -193,9 +196,12 @@ class VersionSpec:
     @cached_property
     def version(self) -> str:
         c = self.code
-        identity = json.dumps({"inputs": self.planned_inputs, "schema": c.schema, "parser": c.parser,
-                               "observation": c.observation, "source": self.source, "revision": self.source_revision,
-                               "config": self.config}, sort_keys=True)
+        fields = {"inputs": self.planned_inputs, "schema": c.schema, "parser": c.parser,
+                  "observation": c.observation, "source": self.source, "revision": self.source_revision,
+                  "config": self.config}
+        if self.lost_inputs:  # only then: a complete version's name stays what it always was
+            fields["lost_inputs"] = sorted(self.lost_inputs)
+        identity = json.dumps(fields, sort_keys=True)
         return f"v{c.schema}-p{c.parser}-o{c.observation}-{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
 
     @property
@@ -369,6 +375,10 @@ class VersionConflictError(RuntimeError):
     """A version with this name is published with other contents."""
 
 
+class LostInputsError(RuntimeError):
+    """More inputs than ``--max-unreadable`` allows were not delivered by the store: nothing is published."""
+
+
 @dataclass
 class PublishResult:
     """Where the version went, whether this run wrote it or found it already published, and the leftovers of
@@ -390,12 +400,18 @@ class VersionPublisher:
     quarantine table (streamed to a local temporary folder: memory stays bounded however many inputs), and
     publishes the version.
 
-    ``rewrite`` runs ``drop_rows`` (the job hands it to a Ray task, so the driver never encodes shards)."""
+    ``rewrite`` runs ``drop_rows`` (the job hands it to a Ray task, so the driver never encodes shards).
+
+    Inputs the store did not deliver (``InputRecord.lost``) are counted against ``max_unreadable``: one more stops
+    the job at once (``LostInputsError``). Accepted ones make the version's name include them
+    (``VersionSpec.lost_inputs``), and its files are copied there from the planned version's folder at publish."""
 
     def __init__(self, spec: VersionSpec, *, schema: pa.Schema, index_schema: pa.Schema,
-                 parquet_options: dict | None = None,
+                 parquet_options: dict | None = None, max_unreadable: int = 0,
                  rewrite: Callable[..., FileEntry | None] | None = None):
         self.spec, self.schema, self.index_schema, self.parquet_options = spec, schema, index_schema, parquet_options
+        self.max_unreadable = max_unreadable
+        self.lost: list[InputRecord] = []
         self._rewrite = rewrite or drop_rows
         self._local = Path(tempfile.mkdtemp(prefix="replayforge-publish-"))
         self._writers: dict[str, pq.ParquetWriter] = {}
@@ -423,6 +439,12 @@ class VersionPublisher:
         self._files.extend(renamed.get(f.path, f) for f in result.files if renamed.get(f.path, f) is not None)
         index, quarantine = [], []
         for record, placement in zip(records, placements, strict=True):
+            if record.lost:
+                self.lost.append(record)
+                if len(self.lost) > self.max_unreadable:
+                    raise LostInputsError(
+                        f"{len(self.lost)} input(s) could not be read from the store (--max-unreadable "
+                        f"{self.max_unreadable}): " + "; ".join(r.message or r.input_id for r in self.lost[:5]))
             self.inputs += 1
             self._digest.update(f"{record.input_id}\t{record.input_sha256 or '-'}\n".encode())
             if record.status != "written":
@@ -458,11 +480,18 @@ class VersionPublisher:
                       quarantined=dict(sorted(self.quarantined.items())), trajectories=self.trajectories,
                       rows=self.rows, unknown_words=self.unknown_words)
 
-    def _seal(self, name: str, schema: pa.Schema) -> FileEntry:
+    def _seal(self, folder: str, name: str, schema: pa.Schema) -> FileEntry:
         self._append(name, [], schema)
         self._writers.pop(name).close()
         path = self._local / name
-        return put_named(self.spec.uri, name, path.read_bytes(), pq.ParquetFile(path).metadata.num_rows)
+        return put_named(folder, name, path.read_bytes(), pq.ParquetFile(path).metadata.num_rows)
+
+    def published_spec(self) -> VersionSpec:
+        """The version this publisher's inputs make: the planned one, or, with accepted losses, the one named for
+        the inputs it lacks."""
+        if not self.lost:
+            return self.spec
+        return replace(self.spec, lost_inputs=tuple(sorted(r.input_id for r in self.lost)))
 
     def publish(self) -> PublishResult:
         """Index and quarantine, then the manifest with a conditional create; then remove the files the published
@@ -470,10 +499,14 @@ class VersionPublisher:
         counts = self.counts()
         if not counts.reconciles():
             raise AssertionError(f"counts do not reconcile: {counts}")
-        index_entry = self._seal("index", self.index_schema)
-        quarantine_entry = self._seal("quarantine", QUARANTINE_SCHEMA)
+        spec, code = self.published_spec(), self.spec.code
+        if spec.uri != self.spec.uri:  # the shards were written into the planned version's folder
+            for entry in self._files:
+                if not storage.exists(storage.join(spec.uri, entry.path)):
+                    storage.copy(storage.join(self.spec.uri, entry.path), storage.join(spec.uri, entry.path))
+        index_entry = self._seal(spec.uri, "index", self.index_schema)
+        quarantine_entry = self._seal(spec.uri, "quarantine", QUARANTINE_SCHEMA)
         shutil.rmtree(self._local, ignore_errors=True)
-        spec, code = self.spec, self.spec.code
         manifest = Manifest(
             manifest_format=MANIFEST_FORMAT, dataset=spec.dataset, version=spec.version,
             schema_name=self.schema.metadata[b"replayforge.schema"].decode(), schema_version=code.schema,

@@ -10,19 +10,147 @@ endpoints come from the standard variables, so one command works against AWS and
 Functions take and return URI strings (picklable, and re-resolved on each node with that node's credentials); the
 filesystem object is an implementation detail of ``resolve``. Listings are sorted: the deterministic input order
 every job starts from.
+
+Failures of the store are not failures of the data. Every operation here is retried with bounded, jittered
+backoff (``RETRY``) on top of the store client's own retries (the AWS SDK's standard strategy in pyarrow, boto3's
+adaptive mode), and what still fails raises ``StorageError``, which is deliberately not an ``OSError``: the
+readers of archives and tables treat an ``OSError`` from a decoder (``gzip.BadGzipFile``, a Parquet footer that
+does not deserialize) as bad bytes of one input, and must never see a timed-out or throttled request that way. The
+file objects ``open_*`` return raise ``StorageError`` from their reads too, so the boundary is the byte source,
+whatever decoder reads from it.
 """
 
 from __future__ import annotations
 
 import functools
+import io
 import os
 import posixpath
+import random
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TypeVar
 
 import pyarrow.fs as pafs
 
 _NATIVE = ("s3", "gs", "gcs")
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------------- failures of the store
+class StorageError(Exception):
+    """A store operation that kept failing after its retries (a timeout, throttling, a reset connection, a file
+    this node cannot see): an outage of the infrastructure, never a property of an input's bytes. Jobs stop on it
+    and publish nothing (``pipelines/parse_replays.py``)."""
+
+    def __init__(self, op: str, uri: str, cause: str, attempts: int):
+        super().__init__(op, uri, cause, attempts)
+        self.op, self.uri, self.cause, self.attempts = op, uri, cause, attempts
+
+    def __str__(self) -> str:
+        tries = f" after {self.attempts} attempts" if self.attempts > 1 else ""
+        return f"{self.op} {self.uri} failed{tries}: {self.cause}"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded exponential backoff with full jitter (AWS's recommendation for throttled clients: the waits of many
+    clients spread out instead of retrying in lockstep).
+
+    Attributes:
+        attempts: tries in all (1: no retry).
+        base_s: the first wait's upper bound; each later one doubles.
+        cap_s: no wait longer than this.
+    """
+
+    attempts: int = 5
+    base_s: float = 0.2
+    cap_s: float = 5.0
+
+    def wait_s(self, attempt: int) -> float:
+        """Seconds to wait after failed try number ``attempt`` (1-based)."""
+        return random.uniform(0.0, min(self.cap_s, self.base_s * 2 ** (attempt - 1)))
+
+
+ATTEMPTS_VAR = "REPLAYFORGE_STORAGE_ATTEMPTS"
+"""Tries per store operation (default 5); each try is itself retried by the store's client."""
+RETRY = RetryPolicy(attempts=int(os.environ.get(ATTEMPTS_VAR) or 5))
+
+
+def _permanent(uri: str, err: OSError) -> bool:
+    """A local file that is missing, forbidden or of the wrong kind stays so: retrying only delays the error. On a
+    remote store the same codes can be passing (eventual consistency, a credential being refreshed)."""
+    return is_local(uri) and isinstance(err, (FileNotFoundError, PermissionError, IsADirectoryError,
+                                              NotADirectoryError))
+
+
+def _describe(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"
+
+
+def retrying(op: str, uri: str, call: Callable[[], T], policy: RetryPolicy | None = None) -> T:
+    """``call()``, retried on ``OSError`` under ``policy`` (default ``RETRY``); ``StorageError`` once it keeps
+    failing. ``call`` must be safe to repeat (whole reads, whole-object writes, listings)."""
+    policy = policy or RETRY
+    for attempt in range(1, policy.attempts + 1):
+        try:
+            return call()
+        except OSError as err:
+            if attempt == policy.attempts or _permanent(uri, err):
+                raise StorageError(op, uri, _describe(err), attempt) from err
+        time.sleep(policy.wait_s(attempt))
+    raise AssertionError("unreachable")
+
+
+class _Guarded(io.RawIOBase):
+    """A file of the store whose failures raise ``StorageError`` (see the module docstring). Reads are not retried
+    one by one: a stream cut mid-body is re-read whole by its caller (a parse job's read task re-reads the work
+    item), since a decoder half-way through it cannot resume."""
+
+    def __init__(self, native, uri: str):
+        super().__init__()
+        self._native, self._uri = native, uri
+
+    def _call(self, op: str, call: Callable[[], T]) -> T:
+        try:
+            return call()
+        except OSError as err:
+            raise StorageError(op, self._uri, _describe(err), 1) from err
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return self._native.seekable()
+
+    def read(self, size: int = -1) -> bytes:
+        return self._call("read", lambda: self._native.read() if size is None or size < 0 else
+                          self._native.read(size))
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._call("seek in", lambda: self._native.seek(offset, whence))
+
+    def tell(self) -> int:
+        return self._native.tell()
+
+    def size(self) -> int:
+        return self._call("size of", self._native.size)
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                self._native.close()
+            finally:
+                super().close()
 
 
 def scheme(uri: str) -> str:
@@ -84,7 +212,7 @@ def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
         return _local(), local_path(uri)
     rest = str(uri).split("://", 1)[1].rstrip("/")
     if kind == "s3":
-        return _s3(*_s3_settings()), rest
+        return _s3(*_s3_settings(), s3_client_attempts()), rest
     if kind in ("gs", "gcs"):
         return _gcs(), rest
     return _fsspec(kind), rest
@@ -102,7 +230,7 @@ def _s3_settings() -> tuple[str | None, str | None]:
 
 
 @functools.lru_cache(maxsize=8)
-def _s3(endpoint: str | None, region: str | None) -> pafs.FileSystem:
+def _s3(endpoint: str | None, region: str | None, attempts: int) -> pafs.FileSystem:
     """One S3 filesystem per endpoint and region (the key variables are read by the AWS SDK's default chain:
     environment, profile, instance role)."""
     kwargs = {}
@@ -111,7 +239,15 @@ def _s3(endpoint: str | None, region: str | None) -> pafs.FileSystem:
         kwargs.update(endpoint_override=host or scheme_, scheme=scheme_ if host else "https")
     if region:
         kwargs["region"] = region
-    return pafs.S3FileSystem(**kwargs)
+    # The SDK retries throttling (503 SlowDown), 5xx and connection errors itself, with its own backoff; ``retrying``
+    # and the job's re-read of a work item come on top.
+    return pafs.S3FileSystem(retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=attempts), **kwargs)
+
+
+def s3_client_attempts() -> int:
+    """Tries of each request inside the S3 clients (pyarrow's and boto3's): the standard ``AWS_MAX_ATTEMPTS``, else
+    6 (the SDKs' default of 3 left 6 of 48 reads failed through a proxy failing half of the GETs)."""
+    return int(os.environ.get("AWS_MAX_ATTEMPTS") or 6)
 
 
 @functools.lru_cache(maxsize=1)
@@ -145,24 +281,25 @@ def location_env() -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------- operations
-def exists(uri: str) -> bool:
+def _info(uri: str) -> pafs.FileInfo:
     fs, path = resolve(uri)
-    return fs.get_file_info(path).type != pafs.FileType.NotFound
+    return retrying("stat", uri, lambda: fs.get_file_info(path))
+
+
+def exists(uri: str) -> bool:
+    return _info(uri).type != pafs.FileType.NotFound
 
 
 def is_file(uri: str) -> bool:
-    fs, path = resolve(uri)
-    return fs.get_file_info(path).type == pafs.FileType.File
+    return _info(uri).type == pafs.FileType.File
 
 
 def is_dir(uri: str) -> bool:
-    fs, path = resolve(uri)
-    return fs.get_file_info(path).type == pafs.FileType.Directory
+    return _info(uri).type == pafs.FileType.Directory
 
 
 def size(uri: str) -> int:
-    fs, path = resolve(uri)
-    info = fs.get_file_info(path)
+    info = _info(uri)
     if info.type != pafs.FileType.File:
         raise FileNotFoundError(f"{uri} is not a file")
     return info.size
@@ -172,37 +309,44 @@ def read_bytes(uri: str) -> bytes:
     """The object's bytes as stored. pyarrow's streams decompress by file extension unless told not to
     (``compression="detect"``: a ``.json.lz4`` or ``.tar.gz`` came back decompressed)."""
     fs, path = resolve(uri)
-    with fs.open_input_stream(path, compression=None) as fh:
-        return fh.read()
+
+    def read() -> bytes:
+        with fs.open_input_stream(path, compression=None) as fh:
+            return fh.read()
+
+    return retrying("read", uri, read)
 
 
 def open_stream(uri: str, buffer_size: int = 1 << 20):
     """A sequential binary stream of the bytes as stored, read ahead ``buffer_size`` bytes at a time (a tar
     archive read member by member: without the buffer each 512-byte header is its own request on S3)."""
     fs, path = resolve(uri)
-    return fs.open_input_stream(path, compression=None, buffer_size=buffer_size)
+    native = retrying("open", uri, lambda: fs.open_input_stream(path, compression=None, buffer_size=buffer_size))
+    return _Guarded(native, uri)
 
 
 def write_bytes(uri: str, data: bytes) -> None:
     """Write a whole object (local: parent folders made as needed)."""
     fs, path = resolve(uri)
-    if is_local(uri):
-        fs.create_dir(os.path.dirname(path), recursive=True)
-    with fs.open_output_stream(path, compression=None) as fh:
-        fh.write(data)
+
+    def write() -> None:
+        if is_local(uri):
+            fs.create_dir(os.path.dirname(path), recursive=True)
+        with fs.open_output_stream(path, compression=None) as fh:
+            fh.write(data)
+
+    retrying("write", uri, write)
 
 
 def open_input(uri: str):
     """A seekable binary file (random access: Parquet footers, zip directories)."""
     fs, path = resolve(uri)
-    return fs.open_input_file(path)
+    return _Guarded(retrying("open", uri, lambda: fs.open_input_file(path)), uri)
 
 
 def open_buffered(uri: str, buffer_size: int = 1 << 20):
     """A seekable binary file for Python readers that make many small reads (``zipfile``, ``tarfile``,
     ``py7zr``): each read of ``open_input`` on S3 is one ranged request, so reads go through a buffer."""
-    import io
-
     return io.BufferedReader(open_input(uri), buffer_size)
 
 
@@ -216,21 +360,38 @@ def open_output(uri: str):
 def make_dirs(uri: str) -> None:
     """Create a folder (a no-op on object stores, where prefixes need no creation)."""
     fs, path = resolve(uri)
-    fs.create_dir(path, recursive=True)
+    retrying("create folder", uri, lambda: fs.create_dir(path, recursive=True))
 
 
 def delete(uri: str, *, missing_ok: bool = True) -> None:
     """Delete a file or a folder with everything below it."""
     fs, path = resolve(uri)
-    info = fs.get_file_info(path)
+    info = _info(uri)
     if info.type == pafs.FileType.NotFound:
         if not missing_ok:
             raise FileNotFoundError(uri)
         return
-    if info.type == pafs.FileType.Directory:
-        fs.delete_dir(path)
-    else:
-        fs.delete_file(path)
+
+    def remove() -> bool:
+        try:
+            (fs.delete_dir if info.type == pafs.FileType.Directory else fs.delete_file)(path)
+        except FileNotFoundError:  # removed by another writer since the stat
+            return False
+        return True
+
+    if not retrying("delete", uri, remove) and not missing_ok:
+        raise FileNotFoundError(uri)
+
+
+def copy(src: str, dst: str) -> None:
+    """Copy one file within a store (S3: a server-side copy, no bytes through this process)."""
+    fs, path = resolve(src)
+    dst_fs, dst_path = resolve(dst)
+    if is_local(dst):
+        os.makedirs(os.path.dirname(dst_path), exist_ok=True)
+    if type(fs) is not type(dst_fs):
+        raise ValueError(f"copy across stores ({src} → {dst}): read and write instead")
+    retrying("copy", src, lambda: fs.copy_file(path, dst_path))
 
 
 def list_files(root: str, suffixes: Iterable[str] | None = None) -> list[str]:
@@ -242,14 +403,14 @@ def list_files(root: str, suffixes: Iterable[str] | None = None) -> list[str]:
 def list_sizes(root: str, suffixes: Iterable[str] | None = None) -> list[tuple[str, int]]:
     """``list_files`` with each file's size in bytes, from the same listing (no request per file)."""
     fs, path = resolve(root)
-    info = fs.get_file_info(path)
+    info = _info(root)
     ends = tuple(s.lower() for s in suffixes) if suffixes is not None else None
     if info.type == pafs.FileType.File:
         return [(normalize(root), info.size)]
     if info.type == pafs.FileType.NotFound:
         raise FileNotFoundError(f"{root} does not exist")
     out = []
-    for entry in fs.get_file_info(pafs.FileSelector(path, recursive=True)):
+    for entry in retrying("list", root, lambda: fs.get_file_info(pafs.FileSelector(path, recursive=True))):
         if entry.type != pafs.FileType.File:
             continue
         if ends is None or entry.base_name.lower().endswith(ends):
@@ -270,22 +431,26 @@ def put_file(uri: str, data: bytes) -> bool:
         write_bytes(uri, data)
         return True
     path = local_path(uri)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = _local_tmp(path)
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except FileNotFoundError:
-        # the temporary file was removed under us: a run that published this version deletes what its manifest
-        # does not name; the object is there if that run wrote the same bytes
-        if os.path.exists(path):
-            return False
-        raise
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return True
+
+    def write() -> bool:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, path)
+        except FileNotFoundError:
+            # the temporary file was removed under us: a run that published this version deletes what its manifest
+            # does not name; the object is there if that run wrote the same bytes
+            if os.path.exists(path):
+                return False
+            raise
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return True
+
+    return retrying("write", uri, write)
 
 
 def _local_tmp(path: str) -> str:
@@ -319,7 +484,9 @@ def create_exclusive(uri: str, data: bytes) -> bool:
     writes may both get True and the later write stays (last writer wins; each object is still whole)."""
     if supports_exclusive_create(uri):
         try:
-            return _create_exclusive_atomic(uri, data)
+            # A retried create whose first try did land finds the name taken and answers False: the caller then
+            # reads the object and compares, as for any other writer's.
+            return retrying("create", uri, lambda: _create_exclusive_atomic(uri, data))
         except ConditionalWriteUnsupported:
             pass
     if exists(uri):
@@ -348,11 +515,13 @@ def _create_exclusive_atomic(uri: str, data: bytes) -> bool:
 def _s3_put_if_absent(uri: str, data: bytes) -> bool:
     """A PUT with ``If-None-Match: *`` through boto3 (pyarrow's S3 filesystem sends no conditions)."""
     import boto3
-    from botocore.exceptions import ClientError
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError
 
     endpoint, region = _s3_settings()
     bucket, _, key = str(uri).split("://", 1)[1].partition("/")
-    client = boto3.client("s3", endpoint_url=endpoint, region_name=region)
+    client = boto3.client("s3", endpoint_url=endpoint, region_name=region,
+                          config=Config(retries={"mode": "adaptive", "max_attempts": s3_client_attempts()}))
     for attempt in range(5):
         try:
             client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
@@ -365,9 +534,11 @@ def _s3_put_if_absent(uri: str, data: bytes) -> bool:
             if code == "NotImplemented" or status == 501:
                 raise ConditionalWriteUnsupported(str(err)) from err
             if code != "ConditionalRequestConflict" and status != 409:
-                raise
-            # another conditional PUT of this key is in flight (AWS answers 409): ask again once it has ended
-            time.sleep(0.5 * 2**attempt)
+                raise OSError(f"PUT {uri}: {code or status}: {err}") from err
+        except BotoCoreError as err:  # connection reset, read timeout: ``retrying`` tries the create again
+            raise OSError(f"PUT {uri}: {err}") from err
+        # another conditional PUT of this key is in flight (AWS answers 409): ask again once it has ended
+        time.sleep(0.5 * 2**attempt)
     raise TimeoutError(f"{uri}: conditional PUT kept conflicting with another writer of the same key")
 
 

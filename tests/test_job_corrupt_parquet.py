@@ -74,7 +74,7 @@ def test_corrupt_tables_are_quarantined_and_the_job_finishes(ray_local, tmp_path
     version = open_version(published.path)
     c = version.manifest.counts
     # a: 3 battles + 1 bad row; b: 2 battles + its row group 1; c and d: one input each
-    assert (c.inputs, c.written, c.quarantined) == (9, 5, {"unreadable": 4}) and c.reconciles()
+    assert (c.inputs, c.written, c.quarantined) == (9, 5, {"corrupt_input": 4}) and c.reconciles()
     quarantine = {r["input_id"]: r for r in version.quarantine().to_pylist()}
     assert sorted(quarantine) == ["a.parquet::a-2", "b.parquet#rg1", "c.parquet", "d.parquet"]
     assert {r["stage"] for r in quarantine.values()} == {"read"}

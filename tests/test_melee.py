@@ -253,7 +253,7 @@ def test_slp_job_on_archives(ray_local, tmp_path):
                                               "c.tar.gz::three.slp", "d.7z::four.slp", "e.zip::g6.slp",
                                               "e.zip::g8.slp", "LOUD.SLP"}
     quarantined = {r["input_id"]: r["reason"] for r in version.quarantine().to_pylist()}
-    assert quarantined["e.zip::g7.slp"] == "unreadable" and quarantined["cut.slp"] == "unreadable_slp"
+    assert quarantined["e.zip::g7.slp"] == "corrupt_input" and quarantined["cut.slp"] == "unreadable_slp"
     assert {i for i, reason in quarantined.items() if reason == "not_a_replay"} == {"notes.txt",
                                                                                   "b.zip::x/notes.txt"}
     game = index[2]

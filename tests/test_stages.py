@@ -27,7 +27,7 @@ def _batch(offset: int = 0) -> ParsedBatch:
         InputRecord(input_id=f"a{offset}.slp", source="toy", input_sha256="aa", num_rows=2, dedupe_key="g1",
                     index_rows=[{"game_id": "g1", "row_start": 0, "num_rows": 2}]),
         InputRecord(input_id=f"b{offset}.slp", source="toy").dropped(
-            "quarantined", stage="read", error_type="ReadError", reason="unreadable", message="gone"),
+            "quarantined", stage="read", error_type="ReadError", reason="corrupt_input", message="gone"),
         InputRecord(input_id=f"c{offset}.slp", source="toy", num_rows=1, dedupe_key="g2",
                     index_rows=[{"game_id": "g2", "row_start": 0, "num_rows": 1}]),
     ]
@@ -68,7 +68,7 @@ def test_the_writer_takes_typed_batches(tmp_path):
     m = published.manifest
     c = published.manifest.counts
     assert (c.inputs, c.written, c.filtered, c.quarantined, c.rows) == (
-        6, 2, {"duplicate": 2}, {"unreadable": 2}, 3)
+        6, 2, {"duplicate": 2}, {"corrupt_input": 2}, 3)
     index = pq.read_table(published.path / m.index_file.path).to_pylist()
     assert [(r["input_id"], r["row_start"], r["num_rows"]) for r in index] == [("a0.slp", 0, 2), ("c0.slp", 2, 1)]
     quarantine = pq.read_table(published.path / m.quarantine_file.path).to_pylist()
@@ -106,7 +106,8 @@ def test_a_name_is_registered_once():
 
 FLAGS = ["--allow-cpu", "--battles-per-chunk", "--cpus-per-actor", "--dataset", "--date-from", "--date-to",
          "--download", "--formats", "--hub-patterns", "--hub-repo", "--input", "--min-frames", "--min-rating",
-         "--num-battles", "--num-cpus", "--num-parse-actors", "--out", "--p1", "--p2", "--progress-every-s",
+         "--max-unreadable", "--num-battles", "--num-cpus", "--num-parse-actors", "--out", "--p1", "--p2",
+         "--progress-every-s",
          "--revision", "--seed", "--shard-size-mb", "--source", "--inputs-per-batch", "--tiny"]
 
 

@@ -39,9 +39,10 @@ def list_inputs(root: str | Path) -> list[str]:
 
 def iter_path(uri: str, root: str) -> Iterator[Member]:
     """The inputs of one listed file (a local path or URI): the file itself, or each member of an archive
-    (directories in archives are not inputs). A member that cannot be read is recorded under its own name and the
-    next ones are read, as far as the archive's format allows. Archives are opened for random access through a
-    read buffer (a zip's directory is at its end; a damaged tar region is stepped over by seeking)."""
+    (directories in archives are not inputs). A member whose bytes are damaged is recorded under its own name and
+    the next ones are read, as far as the archive's format allows; a store that fails raises ``StorageError``.
+    Archives are opened for random access through a read buffer (a zip's directory is at its end; a damaged tar
+    region is stepped over by seeking)."""
     rel = input_id(uri, root)
     if has_suffix(uri, (".zip",)):
         yield from _iter_zip(uri, rel)
@@ -50,10 +51,7 @@ def iter_path(uri: str, root: str) -> Iterator[Member]:
     elif has_suffix(uri, (".tar", ".tar.gz", ".tgz")):
         yield from _iter_tar(uri, rel)
     elif has_suffix(uri, REPLAY):
-        try:
-            yield Member(rel, storage.read_bytes(uri))
-        except OSError as err:
-            yield Member(rel, read_error=_describe(err))
+        yield Member(rel, storage.read_bytes(uri))
     else:
         yield Member(rel, filter_reason=NOT_A_REPLAY)
 
@@ -179,6 +177,8 @@ def _iter_7z(path: str, rel: str) -> Iterator[Member]:
     try:
         with storage.open_buffered(path) as fh, py7zr.SevenZipFile(fh) as archive:
             entries = sorted((f.filename, f.is_directory) for f in archive.files)
+    except storage.StorageError:
+        raise
     except Exception as err:  # noqa: BLE001 - py7zr raises struct/LZMA/index errors on a damaged header too
         yield Member(f"{rel}::{REST}", read_error=f"the 7z cannot be opened: {_describe(err)}")
         return
@@ -275,6 +275,8 @@ def _extract_7z(path: str, rel: str, targets: list[str], unchecked: set[str], do
         done.add(item[0])
         yield Member(f"{rel}::{item[0]}", item[1])
     thread.join()
+    if failure and isinstance(failure[0], storage.StorageError):  # the store failed, not the archive's bytes
+        raise failure[0]
     return failure[0] if failure else None
 
 

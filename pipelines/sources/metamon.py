@@ -374,10 +374,7 @@ class MetamonSource(Source):
         rel = input_id(uri, item["root"])
         if not is_replay(uri):
             return [read_row(rel, filter_reason=NOT_A_REPLAY)]
-        try:
-            return [read_row(rel, storage.read_bytes(uri), facts=item.get("facts"))]
-        except OSError as err:
-            return [read_row(rel, read_error=f"{type(err).__name__}: {err}")]
+        return [read_row(rel, storage.read_bytes(uri), facts=item.get("facts"))]
 
 
 @register_parser("metamon")

@@ -253,10 +253,7 @@ class ShowdownJsonSource(_ReplaySource):
 
     def read(self, item: dict) -> list[dict]:
         rel = input_id(item["uri"], item["root"])
-        try:
-            return [read_row(rel, storage.read_bytes(item["uri"]))]
-        except OSError as err:
-            return [read_row(rel, read_error=f"{type(err).__name__}: {err}")]
+        return [read_row(rel, storage.read_bytes(item["uri"]))]
 
 
 class _TableSource(_ReplaySource):
