@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from pipelines.errors import IllegalActionError
+from pipelines.errors import IllegalActionError, NoActivePokemonError
 from pipelines.pokemon.observation import observation_columns
 from shards_schema.declare import to_table
 from shards_schema.pokemon import NUM_ACTIONS, NUM_MOVES, NUM_SWITCHES, TURNS_SCHEMA
@@ -72,11 +72,17 @@ def build_rows(meta: TrajectoryMeta, steps: list[tuple[dict, int, list[bool]]], 
     """Rows for one trajectory, with the fields of ``ROW_SCHEMA`` (``turns_table`` adds the observations). The
     last step is terminal (done) and carries the result's reward.
 
-    Raises IllegalActionError when a visible action is not legal under its mask.
+    Raises IllegalActionError when a visible action is not legal under its mask, NoActivePokemonError when the
+    player has no active Pokémon at a decision (every step but the terminal one).
     """
     rows = []
     last = len(steps) - 1
     for i, ((state, action, mask), battle_turn) in enumerate(zip(steps, battle_turns, strict=True)):
+        if state["player_active"] is None and i != last:
+            raise NoActivePokemonError(
+                f"{meta.trajectory_id} decision {i} (battle turn {battle_turn}): the player has no active Pokémon "
+                f"(do the leads switch in after |turn|1?)"
+            )
         if action >= 0 and (action >= NUM_ACTIONS or not mask[action]):
             raise IllegalActionError(
                 f"{meta.trajectory_id} decision {i}: action {action} is not legal there (legal: "
