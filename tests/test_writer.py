@@ -278,3 +278,100 @@ def test_names_must_be_one_path_component(tmp_path, name):
     with pytest.raises(ValueError, match="--formats"):
         ParseConfig(source="metamon", out=str(out), input=str(tmp_path), download=True, formats=["gen1ou", name])
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing was made, inside or outside --out
+
+
+# ---------------------------------------------------------------------------- rows that cannot be written
+MON = pa.struct([("name", pa.string()), ("moves", pa.list_(pa.field("item", pa.string(), nullable=False)))])
+MON_SCHEMA = pa.schema([("game_id", pa.string()), ("value", pa.int64()), ("mon", MON)],
+                       metadata={"replayforge.schema": "toy"})
+
+
+def _mon_input(input_id: str, key: str, num_rows: int, *, unencodable: bool = False):
+    """A written input of ``MON_SCHEMA`` rows. ``unencodable`` (3 rows or more): its second row's ``mon`` is null
+    over a non-empty moves list, as ``shards_schema.declare.to_table`` makes a null ``player_active`` beside
+    present ones (issue 25): Arrow builds and casts such rows, Parquet refuses them (pyarrow 21 writes a null at
+    the first or last row; one between present rows fails)."""
+    record = InputRecord(input_id=input_id, source="toy", input_sha256=f"sha-{input_id}", dedupe_key=key,
+                         num_rows=num_rows, index_rows=[{"game_id": key, "row_start": 0, "num_rows": num_rows}])
+    moves = pa.ListArray.from_arrays(pa.array(range(0, 2 * num_rows + 1, 2), pa.int32()),
+                                     pa.array([f"{key}-move"] * 2 * num_rows), type=MON.field("moves").type)
+    mask = pa.array([unencodable and i == 1 for i in range(num_rows)])
+    mon = pa.StructArray.from_arrays([pa.array([key] * num_rows), moves], fields=list(MON), mask=mask)
+    return record, pa.Table.from_arrays([pa.array([key] * num_rows), pa.array(range(num_rows), pa.int64()), mon],
+                                        schema=MON_SCHEMA)
+
+
+def _publish_group(out, inputs, **writer_options):
+    """One group of ``inputs`` written and published; the group's result and the published version."""
+    spec = _spec(out)
+    group = GroupWriter(spec.uri, "00000-000", MON_SCHEMA, shard_size_bytes=1 << 20, **writer_options)
+    for record, rows in inputs:
+        group.add_input(record, rows)
+    result = group.close()
+    assert GroupResult.from_arrow(result.to_arrow()) == [result]  # what crosses Ray is the same
+    publisher = VersionPublisher(spec, schema=MON_SCHEMA, index_schema=INDEX_SCHEMA)
+    publisher.add_group(result)
+    return result, publisher.publish()
+
+
+def _check_index(published, expected: list[tuple[str, int]]) -> None:
+    """The index lists ``(input_id, num_rows)`` in order, each row pointing at its own game's rows in its shard."""
+    index = pq.read_table(published.path / published.manifest.index_file.path).to_pylist()
+    assert [(r["input_id"], r["num_rows"]) for r in index] == expected
+    for row in index:
+        part = pq.read_table(published.path / row["file"]).slice(row["row_start"], row["num_rows"])
+        assert part.column("game_id").to_pylist() == [row["game_id"]] * row["num_rows"]
+        assert part.column("value").to_pylist() == list(range(row["num_rows"]))
+
+
+def test_an_input_whose_rows_cannot_be_encoded_is_quarantined_and_the_others_written(tmp_path):
+    bad = _mon_input("b.slp", "g2", 3, unencodable=True)
+    with pytest.raises(pa.ArrowNotImplementedError, match="non-zero length null"):  # the failure of issue 25
+        pq.write_table(bad[1], pa.BufferOutputStream())
+    good = [_mon_input("a.slp", "g1", 2), _mon_input("c.slp", "g3", 1), _mon_input("d.slp", "g4", 2)]
+    duplicate = _mon_input("e.slp", "g2", 1)  # b's battle again: filtered before b's rows fail
+    result, published = _publish_group(tmp_path / "v", [good[0], bad, good[1], good[2], duplicate])
+
+    quarantined = [r for r in result.records if r.status == "quarantined"]
+    assert [(r.input_id, r.stage, r.reason, r.error_type) for r in quarantined] == [
+        ("b.slp", "encode", "unencodable_rows", "ArrowNotImplementedError")]
+    assert "non-zero length null" in quarantined[0].message
+    assert result.records[4].status == "filtered" and "b.slp, then quarantined" in result.records[4].message
+    assert [p and p.row_start for p in result.placements] == [0, None, 2, 3, None]
+    c = published.manifest.counts
+    assert (c.inputs, c.written, c.rows, c.quarantined, c.filtered) == (
+        5, 3, 5, {"unencodable_rows": 1}, {"duplicate": 1})
+    assert c.reconciles()
+    _check_index(published, [("a.slp", 2), ("c.slp", 1), ("d.slp", 2)])
+    # the shard is the one a group of the good inputs alone writes, to the byte (its name is its contents' hash)
+    _, alone = _publish_group(tmp_path / "alone", good)
+    assert [f.path for f in published.manifest.files] == [f.path for f in alone.manifest.files]
+
+
+def test_an_input_whose_rows_do_not_cast_is_quarantined_and_the_others_written(tmp_path):
+    record, rows = _mon_input("b.slp", "g2", 2)
+    uncastable = rows.set_column(1, "value", pa.array(["1", "two"]))  # a string column where int64 is declared
+    duplicate = _mon_input("e.slp", "g2", 2)  # b never claimed its battle: this copy is written
+    result, published = _publish_group(tmp_path, [_mon_input("a.slp", "g1", 1), (record, uncastable),
+                                                  _mon_input("c.slp", "g3", 3), duplicate])
+    [bad] = [r for r in result.records if r.status != "written"]
+    assert (bad.input_id, bad.stage, bad.reason, bad.error_type) == (
+        "b.slp", "validate", "schema_violation", "ArrowInvalid")
+    c = published.manifest.counts
+    assert (c.inputs, c.written, c.quarantined, c.filtered) == (4, 3, {"schema_violation": 1}, {})
+    _check_index(published, [("a.slp", 1), ("c.slp", 3), ("e.slp", 2)])
+
+
+def test_a_writer_fault_or_a_store_failure_is_not_charged_to_the_inputs(tmp_path, monkeypatch):
+    """Parquet options it cannot use fail with no rows at all, and a store that refuses a shard is an outage
+    (``shards_schema.storage``): both propagate instead of quarantining inputs."""
+    inputs = [_mon_input("a.slp", "g1", 1), _mon_input("b.slp", "g2", 3, unencodable=True)]
+    with pytest.raises(TypeError, match="bogus"):
+        _publish_group(tmp_path / "options", inputs, parquet_options={"bogus": 1})
+
+    def refuse(uri, data):
+        raise storage.StorageError("put", uri, "store unavailable", 6)
+
+    monkeypatch.setattr(storage, "put_file", refuse)
+    with pytest.raises(storage.StorageError, match="store unavailable"):
+        _publish_group(tmp_path / "store", inputs)
