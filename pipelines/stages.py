@@ -219,7 +219,8 @@ class InputRecord:
         source: the source that read it.
         input_sha256: sha256 of its bytes when they were read.
         status: ``written``, ``filtered`` or ``quarantined``.
-        stage: where a dropped input stopped (``read``, ``decode``, ``parse``, ``validate``, ``filter``).
+        stage: where a dropped input stopped (``read``, ``decode``, ``generate``, ``parse``, ``validate``,
+            ``filter``, or ``encode``: the writer's Parquet encoding of its rows).
         error_type: the typed error's class name, or ``filter``.
         reason: the reason key counted in the manifest.
         message: the human-readable reason.

@@ -147,6 +147,14 @@ def _children(objects: list, arrow_type: pa.StructType) -> list[pa.Array]:
             for child, column, f in zip(children, columns, arrow_type, strict=True)]
 
 
+@cache
+def _empty_value(arrow_type: pa.StructType) -> dict:
+    """The value ``pa.Table.from_pylist`` gives the children of a null struct (zeros, empty strings and lists, even
+    for nullable children), as a row dict; taken from Arrow itself so it matches for every type."""
+    null = pa.array([None], type=arrow_type)
+    return {f.name: null.field(i)[0].as_py() for i, f in enumerate(arrow_type)}
+
+
 def _column(values: list, arrow_type: pa.DataType, nullable: bool) -> pa.Array:
     """Build one Arrow column from Python values, recursing into structs and lists.
 
@@ -155,30 +163,28 @@ def _column(values: list, arrow_type: pa.DataType, nullable: bool) -> pa.Array:
     """
     if pa.types.is_struct(arrow_type):
         objects, positions, has_null = _distinct(values)
-        present = [v for v in objects if v is not None] if has_null else objects
         if has_null and not nullable:
             raise ValueError(f"null in non-nullable struct column {arrow_type}")
+        if has_null:  # _distinct keeps one None: it becomes the empty value, then a null slot (below)
+            null_at = objects.index(None)
+            objects = objects.copy()
+            objects[null_at] = _empty_value(arrow_type)
         if all(not pa.types.is_nested(f.type) for f in arrow_type):  # flat struct: Arrow's C++ path is faster
-            built = pa.array(present, type=arrow_type)
+            built = pa.array(objects, type=arrow_type)
             for i, f in enumerate(arrow_type):
                 if not f.nullable and built.field(i).null_count:
                     raise ValueError(f"null in non-nullable field {f.name!r}")
         else:
-            built = pa.StructArray.from_arrays(_children(present, arrow_type), fields=list(arrow_type))
+            built = pa.StructArray.from_arrays(_children(objects, arrow_type), fields=list(arrow_type))
         if has_null:
-            # Re-insert the null structs. Their child slots must hold valid values, not nulls, or Parquet rejects
-            # the non-nullable children: point them at any present row (or build all-null via Arrow when none).
-            if not present:
-                built = pa.array([None] * len(objects), type=arrow_type)
-            else:
-                slots, k = [], 0
-                for v in objects:
-                    slots.append(0 if v is None else k)
-                    k += v is not None
-                taken = pa.array(slots, type=pa.int32())
-                validity = pa.array([v is None for v in objects], type=pa.bool_())
-                built = pa.StructArray.from_arrays([child.take(taken) for child in built.flatten()],
-                                                   fields=list(arrow_type), mask=validity)
+            # A null struct's children hold the empty value, as ``from_pylist`` builds them: Parquet refuses a
+            # null slot whose child lists are not empty ("Lists with non-zero length null components are not
+            # supported", pyarrow 21, once such a slot sits between present ones) and non-nullable children that
+            # are null. Only the validity changes here: the children are reused, not copied.
+            validity = [False] * len(objects)
+            validity[null_at] = True
+            built = pa.StructArray.from_arrays([built.field(i) for i in range(built.type.num_fields)],
+                                               fields=list(arrow_type), mask=pa.array(validity, type=pa.bool_()))
         if positions is None:
             return built
         return built.take(pa.array(positions, type=pa.int32()))

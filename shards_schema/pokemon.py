@@ -118,7 +118,9 @@ class BattleState:
     """What one player knows at one decision point (Metamon's UniversalState, with nothing dropped).
 
     Attributes:
-        player_active: the player's active Pokémon (null only if it has none, e.g. all fainted).
+        player_active: the player's active Pokémon; null only on a trajectory's closing (``done``) row.
+            The parsers refuse a decision without one (``NoActivePokemonError``); at the close the player
+            may have none, e.g. all fainted.
         opponent_active: the opponent's active Pokémon as revealed (null before the first switch-in).
         available_switches: the player's benched Pokémon that can switch in, in the order switch actions use.
         player_prev_move: the last move the player's side used (null: none yet).

@@ -133,6 +133,67 @@ def test_to_table_children_of_one_struct_type_converted_together():
         to_table([{"s": {"active": mon, "other": None, "bench": [None]}}], schema)
 
 
+def _raw_equal(got: pa.Array, want: pa.Array) -> bool:
+    """Arrays compared down to the children of null slots, which ``Array.equals`` skips: a null struct whose
+    children point at another row's values equals one whose children are empty, yet Parquet refuses the first
+    when those children are lists."""
+    if pa.types.is_struct(got.type):
+        return (got.is_null().equals(want.is_null())
+                and all(_raw_equal(got.field(i), want.field(i)) for i in range(got.type.num_fields)))
+    if pa.types.is_list(got.type):
+        return (got.is_null().equals(want.is_null()) and got.offsets.equals(want.offsets)
+                and _raw_equal(got.values, want.values))
+    return got.equals(want)
+
+
+_NULL_LAYOUTS = {  # P: a Pokémon, -: null
+    "between": "P-P", "first": "-PP", "last": "PP-", "several_in_a_row": "P---P-P", "all": "---", "alone": "-"}
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["distinct", "shared"])
+@pytest.mark.parametrize("layout", list(_NULL_LAYOUTS.values()), ids=list(_NULL_LAYOUTS))
+def test_to_table_null_structs_holding_lists_encode(tmp_path, layout, shared):
+    """A null struct whose fields include lists (a Pokémon's types, effects, moves), wherever it sits: as a column,
+    as list items, and among the children of one struct type converted together. Its children are empty, as
+    ``from_pylist`` builds them; a null between present rows whose child lists were not empty failed Parquet
+    encoding ("Lists with non-zero length null components are not supported", pyarrow 21)."""
+    import pyarrow.parquet as pq
+
+    from shards_schema.declare import to_table
+
+    mon_type = TURNS_SCHEMA.field("state").type.field("player_active").type
+    schema = pa.schema([
+        pa.field("active", mon_type, nullable=True),
+        pa.field("party", pa.list_(pa.field("item", mon_type, nullable=True)), nullable=False),
+        pa.field("s", pa.struct([pa.field("active", mon_type, nullable=True),
+                                 pa.field("bench", pa.list_(pa.field("item", mon_type, nullable=True)),
+                                          nullable=False)]), nullable=False)])
+    move = {"name": "tackle", "move_type": "normal", "category": "physical", "base_power": 40, "accuracy": 1.0,
+            "priority": 0, "current_pp": 56, "max_pp": 56}
+    base = {"name": "eevee", "base_species": "eevee", "hp_pct": 0.5, "types": ["normal"], "item": "noitem",
+            "ability": "runaway", "level": 50, "status": "nostatus", "effects": ["confusion"], "moves": [move],
+            **dict.fromkeys(["atk_boost", "def_boost", "spa_boost", "spd_boost", "spe_boost", "accuracy_boost",
+                             "evasion_boost"], 1),
+            **dict.fromkeys(["base_hp", "base_atk", "base_def", "base_spa", "base_spd", "base_spe"], 55),
+            "tera_type": "normal", "terastallized": True}
+    shared_mon = base
+
+    def mon(i: int) -> dict | None:  # shared: one object in every slot (converted once, repeated by take)
+        if layout[i] == "-":
+            return None
+        return shared_mon if shared else {**base, "name": f"eevee{i}", "types": ["normal", "flying"][: i % 2 + 1]}
+
+    slots = range(len(layout))
+    rows = [{"active": mon(i), "party": [mon(j) for j in slots], "s": {"active": mon(i), "bench": [mon(i), mon(i)]}}
+            for i in slots]
+    table, want = to_table(rows, schema), pa.Table.from_pylist(rows, schema=schema)
+    assert table.equals(want)
+    for name in schema.names:
+        assert _raw_equal(table.column(name).combine_chunks(), want.column(name).combine_chunks()), name
+    pq.write_table(table, tmp_path / "t.parquet")
+    assert pq.read_table(tmp_path / "t.parquet").equals(want)
+
+
 def test_to_table_matches_from_pylist_on_parsed_rows():
     """``to_table`` (distinct sub-objects converted once, columns transposed in C) against its readable reference
     on real parser output: shared Pokémon dicts, null structs (no previous move yet), empty lists."""
