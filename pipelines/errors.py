@@ -65,8 +65,6 @@ class SimulatorError(InputError):
 
 class NoActivePokemonError(InputError):
     """A decision at which the player has no active Pokémon: there is nothing to choose a move for, so the row
-    would be a made-up decision. Seen in logs whose leads switch in after ``|turn|1``; their rows reached the
-    writer and failed its Parquet encoding (``shards_schema.declare.to_table`` gives a null ``player_active``
-    beside present ones list children Parquet refuses)."""
+    would be a made-up decision. Seen in logs whose leads switch in after ``|turn|1``."""
 
     stage, reason = "validate", "no_active_pokemon"

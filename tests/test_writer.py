@@ -288,9 +288,8 @@ MON_SCHEMA = pa.schema([("game_id", pa.string()), ("value", pa.int64()), ("mon",
 
 def _mon_input(input_id: str, key: str, num_rows: int, *, unencodable: bool = False):
     """A written input of ``MON_SCHEMA`` rows. ``unencodable`` (3 rows or more): its second row's ``mon`` is null
-    over a non-empty moves list, as ``shards_schema.declare.to_table`` makes a null ``player_active`` beside
-    present ones (issue 25): Arrow builds and casts such rows, Parquet refuses them (pyarrow 21 writes a null at
-    the first or last row; one between present rows fails)."""
+    over a non-empty moves list: Arrow builds and casts such rows, Parquet refuses them (pyarrow 21 writes a null at
+    the first or last row; one between present rows fails), so they stand for any rows the encoder rejects."""
     record = InputRecord(input_id=input_id, source="toy", input_sha256=f"sha-{input_id}", dedupe_key=key,
                          num_rows=num_rows, index_rows=[{"game_id": key, "row_start": 0, "num_rows": num_rows}])
     moves = pa.ListArray.from_arrays(pa.array(range(0, 2 * num_rows + 1, 2), pa.int32()),
