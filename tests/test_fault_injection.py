@@ -5,11 +5,11 @@ byte for byte. ``benchmarks/fault_runs.py`` repeats this over many seeds for the
 from __future__ import annotations
 
 from conftest import shared_data
-from fault_proxy import FaultProxy, Faults
 
 from pipelines.parse_replays import ParseConfig, run
 from shards_schema import storage
 from shards_schema.reader import open_version
+from tools.fault_proxy import FaultProxy, Faults
 
 BATTLES_PER_FORMAT = 8
 

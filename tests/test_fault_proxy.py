@@ -1,4 +1,4 @@
-"""The fault-injecting S3 proxy (tests/fault_proxy.py) against the local S3 server: transparent without faults
+"""The fault-injecting S3 proxy (tools/fault_proxy.py) against the local S3 server: transparent without faults
 (boto3 single and multipart uploads, pyarrow's S3 filesystem), throttling at its seeded share with matching counts,
 resets that cut a response's body, stalls that outlast a client's timeout, and the same faults for the same seed."""
 
@@ -10,7 +10,8 @@ import socket
 import time
 
 import pytest
-from fault_proxy import FaultProxy, Faults, request_key
+
+from tools.fault_proxy import FaultProxy, Faults, request_key
 
 boto3 = pytest.importorskip("boto3")
 from botocore.config import Config  # noqa: E402

@@ -2,7 +2,7 @@
 library only: for a seeded share of requests it answers ``503 SlowDown`` with S3's XML error, resets the connection
 in the middle of the response body, or stalls before answering; every other request is forwarded as it came.
 
-    from fault_proxy import FaultProxy, Faults
+    from tools.fault_proxy import FaultProxy, Faults
 
     with FaultProxy(s3_server, Faults(seed=1, slow_down=0.1, reset=0.05, methods=("GET",))) as proxy:
         # shards_schema.storage (and, through storage.location_env, a job's Ray tasks), boto3 and pyarrow follow it
@@ -31,7 +31,7 @@ import urllib.parse
 from collections import Counter
 from dataclasses import dataclass
 
-from tools.local_s3 import free_port  # the repository root is on sys.path (tests/conftest.py)
+from tools.local_s3 import free_port
 
 KINDS = ("slow_down", "reset", "stall")
 """Fault kinds, in the order a request's draw is matched against their shares."""
