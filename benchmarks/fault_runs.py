@@ -7,8 +7,9 @@ A local S3 server (moto, 127.0.0.1) holds ``--battles`` per format of ``../share
 ``showdown-json`` files; the job reads them and writes its version to the same server. The clean run goes through
 the fault proxy with no faults (its request count is the baseline); every other run goes through the proxy with a
 seeded share of faults on every request, reads and writes alike (``tools/fault_proxy.py``: ``503 SlowDown``, a
-connection reset mid-body, a stall). ``outage`` fails almost every GET, so some read keeps failing after every retry:
-the right outcome there is a job that stops without publishing.
+connection reset mid-body, a stall). ``outage`` throttles nine requests in ten for the inputs' objects (not their
+listing), so some read keeps failing after every retry: the right outcome there is a job that stops without
+publishing.
 
 Per run it prints the faults injected, the requests beyond the clean run's (the retries they caused), the outcome,
 and whether the published version equals the clean one byte for byte (every file the manifest names, and the
@@ -46,7 +47,8 @@ KINDS = {
     "stall": dict(stall=0.05, stall_s=2.0),
     "mixed": dict(slow_down=0.15, reset=0.1, stall=0.02, stall_s=2.0),
 }
-OUTAGE = dict(slow_down=0.97, methods=("GET",))
+OUTAGE = dict(slow_down=0.9, keys="/inputs/.+[.]json$")
+"""The inputs' objects throttled nine times in ten, their listing not: the job plans, then some read keeps failing."""
 
 
 def version_bytes(uri: str) -> dict[str, bytes]:

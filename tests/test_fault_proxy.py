@@ -144,3 +144,11 @@ def test_the_request_key_drops_the_random_upload_id():
         "/b/k?partNumber=2"
     with pytest.raises(ValueError, match="sum to at most 1"):
         Faults(slow_down=0.6, reset=0.6)
+
+
+def test_faults_can_be_aimed_at_some_keys():
+    """``keys`` aims faults at matching requests only: a job's input objects, not their listing."""
+    aimed = Faults(seed=0, slow_down=1.0, keys="/inputs/.+[.]json$")
+    assert aimed.draw("GET", "/bucket/inputs/gen1ou/a.json", 0) == "slow_down"
+    assert aimed.draw("GET", "/bucket?list-type=2&prefix=inputs", 0) is None
+    assert aimed.draw("PUT", "/bucket/out/part-0.parquet", 0) is None

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import http.server
+import re
 import socket
 import socketserver
 import struct
@@ -62,6 +63,9 @@ class Faults:
             meantime is dropped, never forwarded late.
         stall_s: how long a stall lasts (at most 60 s; ``stop`` ends one early).
         methods: the HTTP methods that may meet a fault (upper case); None: all of them.
+        keys: a regular expression a request's key (``request_key``: path and query) must match, somewhere, to
+            meet a fault (e.g. ``"/inputs/.+[.]json$"``: the objects of a job's inputs, not its listings); None:
+            every request.
     """
 
     seed: int = 0
@@ -70,6 +74,7 @@ class Faults:
     stall: float = 0.0
     stall_s: float = 5.0
     methods: tuple[str, ...] | None = None
+    keys: str | None = None
 
     def __post_init__(self):
         shares = [self.slow_down, self.reset, self.stall]
@@ -85,6 +90,8 @@ class Faults:
     def draw(self, method: str, request_key: str, occurrence: int) -> str | None:
         """The fault of the ``occurrence``-th (from 0) request ``request_key`` of ``method``, or None."""
         if self.methods is not None and method not in self.methods:
+            return None
+        if self.keys is not None and re.search(self.keys, request_key) is None:
             return None
         digest = hashlib.blake2b(f"{self.seed}\0{method}\0{request_key}\0{occurrence}".encode(), digest_size=8)
         u = int.from_bytes(digest.digest(), "little") / 2.0 ** 64
