@@ -4,12 +4,17 @@ byte for byte. ``benchmarks/fault_runs.py`` repeats this over many seeds for the
 
 from __future__ import annotations
 
-from conftest import shared_data
+import torch
+from conftest import copy_tree, shared_data
 
 from pipelines.parse_replays import ParseConfig, run
 from shards_schema import storage
 from shards_schema.reader import open_version
 from tools.fault_proxy import FaultProxy, Faults
+from training import world_model
+from training.checkpoints import load_state
+from training.loop import latest_checkpoint
+from training.world_model import WorldModelTrainConfig
 
 BATTLES_PER_FORMAT = 8
 
@@ -47,3 +52,26 @@ def test_a_faulty_store_costs_retries_not_inputs(ray_local, s3_server, s3_bucket
     assert faulty.manifest.counts.written == 2 * BATTLES_PER_FORMAT and faulty.manifest.counts.quarantined == {}
     assert faulty.path.rsplit("/", 1)[-1] == clean.path.rsplit("/", 1)[-1]
     assert version_bytes(faulty.path) == version_bytes(clean.path)
+
+
+def test_a_training_run_through_a_faulty_store_ends_with_the_clean_weights(ray_local, synthetic_frames, s3_server,
+                                                                           s3_bucket, tmp_path, monkeypatch):
+    """Shards read from and checkpoints written to S3 through the proxy: the run ends at the weights of the same run
+    on local disk, bit for bit."""
+    monkeypatch.chdir(tmp_path)  # a remote --out keeps metrics.csv under ./runs/<bucket>/<key>
+    shards = f"{s3_bucket}/shards/{synthetic_frames.name}"
+    copy_tree(str(synthetic_frames), shards)
+    train = dict(steps=8, checkpoint_every=4, eval_every=100)
+    world_model.run(WorldModelTrainConfig.tiny(shards=str(synthetic_frames), out=str(tmp_path / "clean"), **train))
+    faults = Faults(seed=5, slow_down=0.15, reset=0.05, stall=0.02, stall_s=1.0)
+    with FaultProxy(s3_server, faults) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        out = f"{s3_bucket}/runs/wm"
+        world_model.run(WorldModelTrainConfig.tiny(shards=shards, out=out, **train))
+        faulty = load_state(storage.join(latest_checkpoint(out), "state.pt"))
+    injected = proxy.counts()
+    assert injected["slow_down"] + injected["reset"] > 0, injected
+    clean = load_state(storage.join(latest_checkpoint(str(tmp_path / "clean")), "state.pt"))
+    assert clean["step"] == faulty["step"] == 8
+    assert clean["model"].keys() == faulty["model"].keys()
+    assert all(torch.equal(clean["model"][k], faulty["model"][k]) for k in clean["model"])
