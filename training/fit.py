@@ -39,6 +39,10 @@ class TrainerConfig:
         log_every: steps between metric lines.
         seed: seed of model initialization and of the window order (each epoch shuffled with its own seed).
         num_workers: Ray Train workers.
+        max_failures: restarts Ray Train may make after a worker fails (its process or node lost; an error raised in
+            the loop too, which then repeats up to that many times). Each restart goes on from the run's latest
+            checkpoint with its model, optimizer, RNG states and window position, so the run ends with the weights of
+            an uninterrupted one (tests/test_train_faults.py). 0: the first failure ends the run; -1: no limit.
         cpus_per_worker: CPUs each worker reserves (fractional on small machines: Ray Train waits for whole CPUs
             otherwise).
         use_gpu: train on GPU workers (bf16 autocast, TF32).
@@ -67,6 +71,7 @@ class TrainerConfig:
     log_every: int = 20
     seed: int = 0
     num_workers: int = 1
+    max_failures: int = 3
     cpus_per_worker: float = 0.5
     use_gpu: bool = False
     torch_threads: int = 0
@@ -82,6 +87,8 @@ class TrainerConfig:
                self.num_workers) < 1:
             raise ValueError("--context, --batch-size, --steps, --checkpoint-every, --log-every and --num-workers "
                              "must be at least 1")
+        if self.max_failures < -1:
+            raise ValueError("--max-failures must be -1 (no limit), 0 (none) or more")
         if self.batch_size % self.num_workers:
             raise ValueError("--batch-size must be a multiple of --num-workers")
         if self.resume and self.init_from:
@@ -290,7 +297,7 @@ def train_loop_per_worker(config: dict) -> None:
     progress = Progress(step, cfg.steps, recipe.sample_unit)
     ticker = Ticker(PROGRESS_EVERY_S)
     # The stream starts at the driver's resume step; Ray Train restarting the run itself from a later checkpoint
-    # (a FailureConfig) is the one case where a worker skips specs (never loading their windows).
+    # (--max-failures) is the one case where a worker skips specs (never loading their windows).
     skip = step - config["first_step"]
     for batch in window_batches(shard, recipe.loader(), cfg.batch_size, first_batch=skip,
                                 rows=slice(rank * per_worker, (rank + 1) * per_worker)):
@@ -411,7 +418,8 @@ def fit(cfg, recipe_class: type[Recipe], callbacks: tuple = (), name: str = ""):
                                                resources_per_worker={"CPU": cfg.cpus_per_worker}),
         run_config=ray.train.RunConfig(name=name or f"{recipe.tag}-{time.strftime('%Y%m%d-%H%M%S')}",
                                        **run_storage(cfg.out), callbacks=list(callbacks),
-                                       checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2)),
+                                       checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
+                                       failure_config=ray.train.FailureConfig(max_failures=cfg.max_failures)),
         datasets={"train": stream_dataset(windows)},
         dataset_config=ray.train.DataConfig(datasets_to_split=[]),
     )
