@@ -80,11 +80,7 @@ def _losses(out: Path) -> dict[int, float]:
         return {int(r["step"]): float(r["loss"]) for r in csv.DictReader(fh)}  # a repeated step: its last row
 
 
-def test_a_killed_worker_resumes_from_its_checkpoint_and_ends_as_an_uninterrupted_run(tiny_generated, tmp_path,
-                                                                                      monkeypatch):
-    # Ray Train's controller polls its workers every 2 s by default: it notices the kill, and each run's end, sooner
-    # (this test took 28-31 s on 2 busy cores with the default, 13-17 s with this)
-    monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
+def test_a_killed_worker_resumes_from_its_checkpoint_and_ends_as_an_uninterrupted_run(tiny_generated, tmp_path):
     _, published, _ = tiny_generated
     runs = {}
     for name, kill in (("straight", False), ("killed", True)):

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import csv
 import os
+import random
 from pathlib import Path
+
+import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +38,12 @@ def start_worker(cfg, tag: str):
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+    # every generator a recipe may draw from: with torch's alone, two runs of one seed differed wherever a recipe drew
+    # from NumPy or Python (their workers start from OS entropy); a restarted worker restores all three from its
+    # checkpoint
     torch.manual_seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    random.seed(cfg.seed)
     return rank, world, device, cuda
 
 
