@@ -3,6 +3,10 @@
     python benchmarks/fault_runs.py                    # 4 fault kinds x 5 seeds + an outage, ~10 min on 2 cores
     python benchmarks/fault_runs.py --seeds 2 --battles 8   # smoke run
 
+Run it from a checkout nothing commits to while it runs (``git worktree add ../fault-runs HEAD``): the manifest
+records the git commit (with ``-dirty`` for uncommitted changes), so a commit between the clean run and a fault run
+makes their manifests differ.
+
 A local S3 server (moto, 127.0.0.1) holds ``--battles`` per format of ``../shared/data/pokemon/bench_replays`` as
 ``showdown-json`` files; the job reads them and writes its version to the same server. The clean run goes through
 the fault proxy with no faults (its request count is the baseline); every other run goes through the proxy with a
@@ -110,8 +114,9 @@ def main(argv=None) -> None:
             for kind, seed, faults in plan:
                 row = one_run(kind, seed, faults, server.endpoint, inputs, f"s3://faults/{kind}-{seed}")
                 if row["_uri"] is not None:
-                    same = version_bytes(row["_uri"]) == reference
-                    row["outcome"] += ", equal to clean" if same else ", DIFFERENT BYTES"
+                    got = version_bytes(row["_uri"])
+                    differ = sorted(n for n in reference.keys() | got.keys() if reference.get(n) != got.get(n))
+                    row["outcome"] += ", equal to clean" if not differ else f", DIFFERENT BYTES in {differ}"
                     if row["written"] < clean["written"]:
                         row["outcome"] = "PARTIAL"
                 rows.append(row)
