@@ -260,7 +260,7 @@ def read_item(source: stages.Source, item: dict, *, max_unreadable: int,
             if attempt < policy.attempts:
                 time.sleep(policy.wait_s(attempt))
     lost = StorageError(f"read of input {item['id']} from", failure.uri,
-                        f"{failure.cause} (the work item read {policy.attempts} times)", failure.attempts)
+                        f"{failure.why} (the work item read {policy.attempts} times)", failure.attempts)
     if max_unreadable > 0:
         return [stages.read_row(item["id"], lost=str(lost))]
     raise lost from failure
@@ -525,14 +525,16 @@ def _summary(published, elapsed_s: float, log) -> None:
 
 def store_failure(err: BaseException) -> StorageError | LostInputsError | None:
     """The store failure behind a job's exception, however Ray wrapped it (a read task's ``RayTaskError``, Ray Data's
-    ``UserCodeException``), or None when the job failed for another reason."""
-    seen = set()
+    ``UserCodeException``), or None when the job failed for another reason. The innermost one: Ray's wrapper is an
+    instance of the error it wraps too, but its message is the remote traceback."""
+    found, seen = None, set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
         if isinstance(err, (StorageError, LostInputsError)):
-            return err
-        err = getattr(err, "cause", None) or err.__cause__ or err.__context__
-    return None
+            found = err
+        wrapped = getattr(err, "cause", None)  # RayTaskError's
+        err = (wrapped if isinstance(wrapped, BaseException) else None) or err.__cause__ or err.__context__
+    return found
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -44,13 +44,13 @@ class StorageError(Exception):
     this node cannot see): an outage of the infrastructure, never a property of an input's bytes. Jobs stop on it
     and publish nothing (``pipelines/parse_replays.py``)."""
 
-    def __init__(self, op: str, uri: str, cause: str, attempts: int):
-        super().__init__(op, uri, cause, attempts)
-        self.op, self.uri, self.cause, self.attempts = op, uri, cause, attempts
+    def __init__(self, op: str, uri: str, why: str, attempts: int):
+        super().__init__(op, uri, why, attempts)
+        self.op, self.uri, self.why, self.attempts = op, uri, why, attempts
 
     def __str__(self) -> str:
         tries = f" after {self.attempts} attempts" if self.attempts > 1 else ""
-        return f"{self.op} {self.uri} failed{tries}: {self.cause}"
+        return f"{self.op} {self.uri} failed{tries}: {self.why}"
 
 
 @dataclass(frozen=True)
