@@ -90,6 +90,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=5, help="seeded runs per fault kind")
     parser.add_argument("--battles", type=int, default=24, help="battles per format (gen1ou, gen9ou)")
+    parser.add_argument("--kinds", nargs="+", default=[*KINDS, "outage"], choices=[*KINDS, "outage"],
+                        help="fault kinds to run (the clean run always runs)")
     parser.add_argument("--csv", type=Path, help="write the rows here")
     args = parser.parse_args(argv)
     if not BENCH.exists():
@@ -109,8 +111,9 @@ def main(argv=None) -> None:
             clean = one_run("clean", 0, Faults(), server.endpoint, inputs, "s3://faults/clean")
             reference = version_bytes(clean["_uri"])
             rows = [clean]
-            plan = [(kind, seed, Faults(seed=seed, **shares)) for kind, shares in KINDS.items()
-                    for seed in range(1, args.seeds + 1)] + [("outage", 1, Faults(seed=1, **OUTAGE))]
+            plan = [(kind, seed, Faults(seed=seed, **shares)) for kind, shares in KINDS.items() if kind in args.kinds
+                    for seed in range(1, args.seeds + 1)]
+            plan += [("outage", 1, Faults(seed=1, **OUTAGE))] if "outage" in args.kinds else []
             for kind, seed, faults in plan:
                 row = one_run(kind, seed, faults, server.endpoint, inputs, f"s3://faults/{kind}-{seed}")
                 if row["_uri"] is not None:
