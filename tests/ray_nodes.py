@@ -4,6 +4,7 @@ by their process group, never with `ray stop` (it ends every Ray on the machine)
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -14,6 +15,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 RAY_BIN = Path(sys.executable).parent / "ray"
 
 
@@ -23,15 +26,32 @@ RAY_BIN = Path(sys.executable).parent / "ray"
 NO_DRAIN = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
 
 
+WORKER_PORTS_FROM, FREE_PORTS_FROM = 20000, 40500
+"""A node's 201 worker ports start between 20000 and 39999 (``worker_ports``); its other ports are free ports from
+40500 up (``free_ports``). Ray refuses to start a node whose ports overlap ("Ray component worker_ports is trying to
+use a port number 34815 that is used by other components"): seen when a free port of the ephemeral range
+(32768-60999) fell in the head's worker range."""
+
+
+def worker_ports(offset: int) -> int:
+    """The first of the 201 worker ports of a node of this process (``offset``: 0 the head, 300 a second node)."""
+    return WORKER_PORTS_FROM + (os.getpid() + offset) % 20000
+
+
 def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports on 127.0.0.1, none in a node's worker range."""
     socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
+    try:
+        while len(ports) < n:
+            if len(socks) > 1000:
+                raise RuntimeError(f"no free port from {FREE_PORTS_FROM} up on 127.0.0.1")
+            socks.append(s := socket.socket())
+            s.bind(("127.0.0.1", 0))
+            if s.getsockname()[1] >= FREE_PORTS_FROM:
+                ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
     return ports
 
 
@@ -70,7 +90,7 @@ def start_head(temp_dir: Path, env: dict[str, str], *, num_cpus: int, token: str
     """`ray start --head --block` in the background, every server on 127.0.0.1; returns once the dashboard answers
     (a request with ``token``). The caller ends it with ``stop``."""
     gcs, dash, client = free_ports(3)
-    worker_lo = 20000 + os.getpid() % 20000
+    worker_lo = worker_ports(0)
     cmd = [str(RAY_BIN), "start", "--head", "--block", f"--temp-dir={temp_dir}", f"--port={gcs}",
            "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
            "--include-dashboard=true", f"--ray-client-server-port={client}", *node_ports(worker_lo),
@@ -101,16 +121,38 @@ than the submission (seen in a full test run beside two training jobs). Nothing 
 
 
 def submit_job(address: str, env: dict[str, str], entrypoint: list[str], *, cwd: Path, timeout_s: float = 600,
-               agent_wait_s: float = 120) -> subprocess.CompletedProcess:
+               agent_wait_s: float = 120, submission_id: str | None = None) -> subprocess.CompletedProcess:
     """`ray job submit --address ADDRESS --working-dir . -- ENTRYPOINT` from ``cwd``, submitted again while the
-    head says its agent is not up yet (``NO_AGENT_YET``), for at most ``agent_wait_s``."""
-    cmd = [str(RAY_BIN), "job", "submit", "--address", address, "--working-dir", ".", "--", *entrypoint]
+    head says its agent is not up yet (``NO_AGENT_YET``), for at most ``agent_wait_s``. ``submission_id`` names the
+    job for the head's jobs API (``/api/jobs/<submission_id>``)."""
+    named = ["--submission-id", submission_id] if submission_id else []
+    cmd = [str(RAY_BIN), "job", "submit", "--address", address, *named, "--working-dir", ".", "--", *entrypoint]
     deadline = time.monotonic() + agent_wait_s
     while True:
         proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode == 0 or NO_AGENT_YET not in proc.stderr or time.monotonic() > deadline:
             return proc
         time.sleep(2)
+
+
+def kill_node(proc: subprocess.Popen, timeout_s: float = 30) -> list[str]:
+    """SIGKILL every process of a node started with ``start_new_session=True`` (its `ray start`, raylet, agents and
+    workers), each by its PID, as when the machine dies: nothing drains, nothing is told. Returns what was killed
+    (``name:pid``)."""
+    try:
+        family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+    killed = []
+    for process in family:
+        try:
+            killed.append(f"{process.name()}:{process.pid}")
+            process.kill()
+        except psutil.NoSuchProcess:  # a worker may exit between the listing and its kill
+            pass
+    psutil.wait_procs(family, timeout=timeout_s)
+    proc.wait(timeout=timeout_s)
+    return killed
 
 
 def stop(proc: subprocess.Popen, timeout_s: float = 30) -> None:
@@ -134,20 +176,48 @@ _JOIN_ON_LOOPBACK = ("import ray._private.services as s; s.get_node_ip_address =
                      "from ray.scripts.scripts import main; main()")
 
 
-def start_hidden_node(head: Head, temp_dir: Path, env: dict[str, str], *, hide: list[Path],
+def hiding_script(hide: list[Path], *, keep: list[Path], keep_writable: list[Path], scratch: Path) -> str:
+    """Shell commands, for a fresh mount namespace, that cover each folder of ``hide`` with an empty tmpfs, except
+    ``keep`` (bound back read-only) and ``keep_writable`` (bound back as they are) inside them.
+
+    Each tmpfs is built at ``scratch`` first, with its kept folders bound into it while they are still in sight, then
+    moved over the folder it hides: once a tmpfs covers a folder, nothing under it can be reached by path to be bound
+    back. ``scratch`` (an empty folder) must stay in sight throughout: inside a kept folder or outside every hidden
+    one. A folder of ``hide`` inside another is covered with it."""
+    tops = sorted({p for p in hide if not any(q != p and q in p.parents for q in hide)})
+    q = shlex.quote
+    commands = []
+    for top in tops:
+        commands.append(f"mount -t tmpfs tmpfs {q(str(scratch))}")
+        for path, writable in [(p, False) for p in keep] + [(p, True) for p in keep_writable]:
+            if top not in path.parents:
+                continue
+            spot = scratch / path.relative_to(top)
+            commands += [f"mkdir -p {q(str(spot))}", f"mount --bind {q(str(path))} {q(str(spot))}"]
+            if not writable:
+                commands.append(f"mount -o remount,bind,ro {q(str(spot))}")
+        commands.append(f"mount --move {q(str(scratch))} {q(str(top))}")
+    return " && ".join(commands)
+
+
+def start_hidden_node(head: Head, temp_dir: Path, env: dict[str, str], *, hide: list[Path], keep: list[Path] = (),
                       num_cpus: int) -> subprocess.Popen:
     """A second node that cannot see ``hide`` (each covered by an empty tmpfs in its own mount namespace), as a node
-    of a real cluster cannot see the driver's disk. Needs root (or CAP_SYS_ADMIN). The caller ends it with ``stop``."""
-    import shlex
-
-    mounts = " && ".join(f"mount -t tmpfs tmpfs {shlex.quote(str(p))}" for p in hide)
+    of a real cluster cannot see the driver's disk, except ``keep`` inside them (read-only: the installed
+    interpreter and packages a node image has) and its own ``temp_dir``. Needs root (or CAP_SYS_ADMIN). The caller
+    ends it with ``stop``."""
+    scratch = temp_dir / "scratch"
+    scratch.mkdir(exist_ok=True)
+    mounts = hiding_script(hide, keep=keep, keep_writable=[temp_dir], scratch=scratch)
     ray = [sys.executable, "-c", _JOIN_ON_LOOPBACK, "start", f"--address={head.gcs}", "--node-ip-address=127.0.0.1",
-           f"--temp-dir={temp_dir}", *node_ports(20000 + (os.getpid() + 300) % 20000), f"--num-cpus={num_cpus}",
+           f"--temp-dir={temp_dir}", *node_ports(worker_ports(300)), f"--num-cpus={num_cpus}",
            "--block", "--disable-usage-stats"]
+    # `cd /`: a process keeps its working folder through a mount over it, and the node's processes inherit it (run
+    # from the checkout, `ls pyproject.toml` still lists it after a tmpfs covers /work/main)
+    script = " && ".join(c for c in (mounts, "cd /", f"exec {shlex.join(ray)}") if c)
     with open(temp_dir / "node.log", "w") as log:
-        return subprocess.Popen(["unshare", "-m", "sh", "-c", f"{mounts} && exec {shlex.join(ray)}"],
-                                env={**env, **NO_DRAIN},
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(["unshare", "-m", "sh", "-c", script], env={**env, **NO_DRAIN}, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def can_hide_folders() -> str | None:
