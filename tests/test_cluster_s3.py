@@ -334,7 +334,7 @@ def test_a_local_input_is_read_on_the_head_or_the_job_stops_before_publishing(cl
     inputs = sorted(p.name for p in local.glob("*.json.lz4"))
     # --shard-size-mb 0.01: a group, and so a read task, per input (7-16 KB each). Ray Data schedules its tasks
     # "SPREAD" (DataContext.scheduling_strategy): a job's read tasks go round the nodes with room, and its parse
-    # actor of 0.6 CPU leaves room for a 0.3 CPU read on either node; 12 runs of 12 one after another handed a read
+    # actor of 0.6 CPU leaves room for a 0.3 CPU read on either node; 15 runs of 15 one after another handed a read
     # to the hidden node. Not side by side: jobs submitted together interleave their reads, and 2 runs of 3 read
     # only on the head.
     args = [*PARSE, "--source", "metamon", "--input", str(local), "--shard-size-mb", "0.01", "--num-parse-actors", "1",
@@ -357,7 +357,8 @@ def test_a_local_input_is_read_on_the_head_or_the_job_stops_before_publishing(cl
             # never "published then failed", never a version lacking inputs
             assert read_on_node, output[-4000:]
             assert _manifests(out) == [] and "[parse] published" not in output, output[-4000:]
-            named = re.search(r"StorageError: read of input (.+?) from (.+?) failed: FileNotFoundError", output)
+            named = re.search(r"^\[parse\] failed: read of input (.+?) from (.+?) failed: FileNotFoundError", output,
+                              re.MULTILINE)
             assert named and named.group(1) in inputs and named.group(2) == str(local / named.group(1)), output[-4000:]
             assert "[parse] nothing was published" in output, output[-4000:]
             outcomes.append("stopped")
