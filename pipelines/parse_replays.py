@@ -289,19 +289,23 @@ def read_groups(tasks: pa.Table, *, source: stages.Source, group_bytes: float, p
                     yield _group_row(f"{task:05d}-{number:03d}", rows)
                     rows, size, number = [], 0, number + 1
             if progress is not None:
-                progress.add.remote(stages.planned_bytes(item, group_bytes), count)
+                progress.add.remote(item["id"], stages.planned_bytes(item, group_bytes), count)
         if rows:
             yield _group_row(f"{task:05d}-{number:03d}", rows)
 
 
 class ReadProgress:
     """What the read tasks have read so far (a Ray actor the driver polls): planned bytes of the items read and the
-    inputs they held. A retried read task counts its items again; the driver caps the share at 1."""
+    inputs they held. An item read again (its read task retried after a node was lost) counts once."""
 
     def __init__(self):
         self.planned_bytes, self.inputs = 0.0, 0
+        self.items: set[str] = set()
 
-    def add(self, planned_bytes: float, inputs: int) -> None:
+    def add(self, item_id: str, planned_bytes: float, inputs: int) -> None:
+        if item_id in self.items:
+            return
+        self.items.add(item_id)
         self.planned_bytes += planned_bytes
         self.inputs += inputs
 
@@ -346,6 +350,7 @@ def run(cfg: ParseConfig, *, log=print):
     import json
 
     import ray.data
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from pipelines.writer import BYTES_PER_MIB, GroupResult, VersionPublisher, drop_rows
 
@@ -383,7 +388,10 @@ def run(cfg: ParseConfig, *, log=print):
     # Ray Data from fusing the read into the parse actors, which would then parse every group of a read task (a whole
     # archive) on one actor instead of spreading its groups over all of them.
     reads = ray.data.TaskPoolStrategy(size=min(cfg.num_parse_actors, len(tasks))) if source.bounded_reads else None
-    reader = ray.remote(num_cpus=0)(ReadProgress).remote()
+    # on the driver's node: the job ends with that node anyway, and on a lost node the progress line, polled until
+    # the end, would fail a job whose every group was parsed
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    reader = ray.remote(num_cpus=0, scheduling_strategy=here)(ReadProgress).remote()
     ds = ds.map_batches(read_groups, batch_size=1, batch_format="pyarrow", num_cpus=cfg.cpus_per_actor / 2,
                         fn_kwargs={"source": source, "group_bytes": group_bytes, "progress": reader,
                                    "max_unreadable": cfg.max_unreadable}, compute=reads,

@@ -167,7 +167,8 @@ def test_a_group_sliced_from_a_larger_block_keeps_only_its_inputs():
 
 def test_read_tasks_tell_each_item_read_to_the_progress_counter():
     """The driver's progress line reads a counter the read tasks add each item to: its planned bytes once, and the
-    inputs it held (none for an item that reads nothing); the groups are cut as without it."""
+    inputs it held (none for an item that reads nothing), once however often it is read; the groups are cut as
+    without it."""
     from types import SimpleNamespace
 
     from pipelines.parse_replays import ReadProgress, read_groups
@@ -189,6 +190,8 @@ def test_read_tasks_tell_each_item_read_to_the_progress_counter():
     tasks = pa.table({"task": [0], "items": [json.dumps(items)]})
     groups = list(read_groups(tasks, source=Listed.__new__(Listed), group_bytes=60, progress=progress))
     assert [len(g.column("inputs")[0].values) for g in groups] == [2, 3]
+    assert counter.snapshot() == (180.0, 5)
+    list(read_groups(tasks, source=Listed.__new__(Listed), group_bytes=60, progress=progress))  # a retried read task
     assert counter.snapshot() == (180.0, 5)
     assert [len(g.column("inputs")[0].values) for g in read_groups(tasks, source=Listed.__new__(Listed),
                                                                     group_bytes=60)] == [2, 3]
