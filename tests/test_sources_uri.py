@@ -1,6 +1,7 @@
 """Inputs by URI: every file source lists and reads through ``shards_schema.storage``, so the same inputs in an S3
-bucket (moto's server on 127.0.0.1) and on local disk publish the same version, byte for byte; other fsspec
-protocols take the route ``hf://`` takes; a hub URI is pinned to a commit on the driver."""
+bucket (moto's server on 127.0.0.1, reached through a proxy that injects store faults) and on local disk publish the
+same version, byte for byte; other fsspec protocols take the route ``hf://`` takes; a hub URI is pinned to a commit
+on the driver."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from conftest import shared_data
 from pipelines.parse_replays import ParseConfig, run
 from pipelines.sources import HubUri, parse_hub_uri, pin_hub_input
 from shards_schema import storage
+from tools.fault_proxy import FaultProxy, Faults
 
 SLP = ("peppi__short_game_tbh10.slp", "slippijs__pal.slp", "peppi__netplay.slp")
 
@@ -67,17 +69,25 @@ def _contents(published) -> dict[str, str]:
     return {e.path: e.sha256 for e in [*m.files, m.index_file, m.quarantine_file]}
 
 
-@pytest.mark.parametrize("source", ["metamon", "showdown-json", "hf-raw", "slp"])
-def test_inputs_and_output_in_s3_publish_the_local_version(ray_local, s3_bucket, tmp_path, source):
-    """Inputs read from S3 and shards written to S3 by the workers: the version of a local run, byte for byte."""
+@pytest.mark.parametrize("source, seed", [("metamon", 1), ("showdown-json", 2), ("hf-raw", 3), ("slp", 4)])
+def test_inputs_and_output_in_s3_publish_the_local_version(ray_local, s3_server, s3_bucket, tmp_path, monkeypatch,
+                                                           source, seed):
+    """Inputs read from S3 and shards written to S3 by the workers, every request through a store that throttles,
+    resets connections mid-body and stalls (seeded): retried until the version of a local run, byte for byte, is
+    published. Archives are streamed, tables read by row group, loose files whole: each read path meets faults."""
     local = _inputs(source, tmp_path / "in")
     remote = f"{s3_bucket}/inputs/{source}"
     _upload(local, remote)
     extra = {"min_frames": 0} if source == "slp" else {}
     here = run(ParseConfig.tiny(source=source, input=str(local), out=str(tmp_path / "a"), **extra),
                log=lambda *_: None)
-    there = run(ParseConfig.tiny(source=source, input=remote, out=f"{s3_bucket}/out/{source}", **extra),
-                log=lambda *_: None)
+    with FaultProxy(s3_server, Faults(seed=seed, slow_down=0.15, reset=0.1, stall=0.03, stall_s=1.0)) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)  # the driver and, through the job, every worker
+        there = run(ParseConfig.tiny(source=source, input=remote, out=f"{s3_bucket}/out/{source}", **extra),
+                    log=lambda *_: None)
+    monkeypatch.undo()
+    injected = proxy.counts()
+    assert injected["slow_down"] + injected["reset"] > 0, injected
     c = here.manifest.counts
     assert c.written >= 2 and c.reconciles()
     assert there.uri == f"{s3_bucket}/out/{source}/{here.manifest.dataset}/{here.path.name}"

@@ -1,5 +1,6 @@
 """Trainers by URI: shards read from and checkpoints written to an S3 bucket (moto's server on 127.0.0.1); a run
-resumed from the store continues with the same losses as an uninterrupted local run on the local copy."""
+resumed from the store continues with the same losses as an uninterrupted local run on the local copy, also when the
+store throttles, resets connections and stalls (the fault proxy in front of it)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from conftest import copy_tree
 
 from shards_schema import storage
+from tools.fault_proxy import FaultProxy, Faults
 from training.checkpoints import load_state
 from training.loop import latest_checkpoint, local_run_folder
 
@@ -55,7 +57,9 @@ def melee_version(ray_local, tmp_path_factory):
     return parse(ParseConfig.tiny(source="slp", out=str(tmp_path_factory.mktemp("melee"))), log=lambda *_: None).path
 
 
-def test_world_model_on_s3_resumes_exactly(s3_bucket, melee_version, tmp_path, monkeypatch):
+def test_world_model_on_a_faulty_s3_resumes_exactly(s3_server, s3_bucket, melee_version, tmp_path, monkeypatch):
+    """Both runs on the store read their shards and write their checkpoints through the fault proxy: retried, they
+    log the uninterrupted local run's losses, step for step."""
     from training.world_model import WorldModelTrainConfig, load_model, run
 
     monkeypatch.chdir(tmp_path)
@@ -65,8 +69,13 @@ def test_world_model_on_s3_resumes_exactly(s3_bucket, melee_version, tmp_path, m
     straight = tmp_path / "straight"
     run(WorldModelTrainConfig.tiny(shards=str(melee_version), out=str(straight), steps=8, **cfg))
     out = f"{s3_bucket}/runs/wm"
-    run(WorldModelTrainConfig.tiny(shards=shards, out=out, steps=4, **cfg))
-    run(WorldModelTrainConfig.tiny(shards=shards, out=out, steps=8, resume=True, **cfg))
+    with FaultProxy(s3_server, Faults(seed=5, slow_down=0.15, reset=0.05, stall=0.02, stall_s=1.0)) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)  # the driver and, through run_storage, the workers
+        run(WorldModelTrainConfig.tiny(shards=shards, out=out, steps=4, **cfg))
+        run(WorldModelTrainConfig.tiny(shards=shards, out=out, steps=8, resume=True, **cfg))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server)  # the store itself again, for the checks below
+    injected = proxy.counts()
+    assert injected["slow_down"] + injected["reset"] > 0, injected
     latest = _on_store_only(out)
     a, b = _losses(straight, "loss_total"), _losses(local_run_folder(out), "loss_total")
     assert sorted(b) == list(range(1, 9))
