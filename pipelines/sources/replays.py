@@ -9,11 +9,19 @@ duplicate battle ids are dropped by the writer, also counted.
 - ``hf-raw``: ``jakegrigsby/metamon-raw-replays`` (same columns) as Parquet, local or fetched from the hub at a
   pinned revision; read in streamed row groups, only the requested formats kept.
 - ``pokechamp``: ``milkkarten/pokechamp`` (``battle_id, gamemode, elo, month_year, text``), Parquet, same way.
+
+Older replays write format ids without the generation (``ou``, ``ubers``, ``randombattle``, ``doublesou``: gen 6
+replays with ``formatid: "ou"``); the log's ``|gen|N`` line says which, and such a battle is read, filtered and
+written under the id the pinned simulator knows (``gen6ou``, ``canonical_format``): its rows' ``format`` is that id,
+and nothing is counted apart (the relabelled battle is written like any other). ``Replay.source_format`` keeps the id
+as the source wrote it. An unprefixed id whose log has no ``|gen|`` line keeps its id and is quarantined as
+``unknown_format``, saying why (or filtered as ``format_not_requested`` when formats are asked for).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,6 +47,7 @@ COLUMNS = {
     "pokechamp": ["battle_id", "gamemode", "elo", "month_year", "text"],
 }
 FORMAT_COLUMN = {"hf-raw": "formatid", "pokechamp": "gamemode"}
+LOG_COLUMN = {"hf-raw": "log", "pokechamp": "text"}
 ID_COLUMN = {"hf-raw": "id", "pokechamp": "battle_id"}
 
 
@@ -73,6 +82,8 @@ class Replay:
         rating: the battle's rating (Elo) when the source has one.
         date: the day it was played or uploaded (``YYYY-MM-DD``), or the month (``YYYY-MM``) when that is all.
         players: player names by side, when the source lists them.
+        source_format: the format id as the source wrote it, where ``format`` differs from it (``ou`` for a gen 6
+            replay whose ``format`` is ``gen6ou``: ``canonical_format``); None otherwise.
     """
 
     battle_id: str
@@ -81,6 +92,7 @@ class Replay:
     rating: int | None
     date: str | None
     players: dict[str, str]
+    source_format: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,20 +182,47 @@ def _format_id(record: dict) -> str:
     return to_id(name)
 
 
+_GEN_PREFIX = re.compile(r"gen\d")
+_GEN_LINE = re.compile(r"^\|gen\|(\d)\r?$", re.MULTILINE)
+
+
+def canonical_format(format_id: str, log: str) -> str:
+    """The id the pinned simulator knows a battle's format by: ``format_id`` itself when it names the generation
+    (every id of pokemon-showdown 0.11.11 does), else the generation of the log's ``|gen|N`` line before it
+    (``ou`` with ``|gen|6`` is ``gen6ou``), else ``format_id`` unchanged (``parse`` says why it is unknown).
+    ``log``: the log's text (the lines joined by newlines)."""
+    if _GEN_PREFIX.match(format_id):
+        return format_id
+    gen = _GEN_LINE.search(log)
+    return f"gen{gen.group(1)}{format_id}" if gen is not None else format_id
+
+
+def _with_format(replay: Replay) -> Replay:
+    """``replay`` under its canonical format id, the source's kept in ``source_format`` when they differ."""
+    if _GEN_PREFIX.match(replay.format):
+        return replay
+    canonical = canonical_format(replay.format, "\n".join(replay.log))
+    if canonical == replay.format:
+        return replay
+    return Replay(**{**replay.__dict__, "format": canonical, "source_format": replay.format})
+
+
 def normalize(source: str, record: dict) -> Replay:
-    """A raw record of a source → ``Replay``. Raises InvalidRecordError when required fields are missing."""
+    """A raw record of a source → ``Replay``, under its canonical format id (``canonical_format``). Raises
+    InvalidRecordError when required fields are missing."""
     try:
         if source in ("showdown-json", "hf-raw"):
             players = record.get("players") or []
-            return Replay(battle_id=str(record["id"]), format=_format_id(record), log=_log(record, "log"),
-                          rating=_rating(record.get("rating")), date=_day(record.get("uploadtime")),
-                          players={f"p{i + 1}": str(p) for i, p in enumerate(list(players)[:2])})
+            return _with_format(Replay(
+                battle_id=str(record["id"]), format=_format_id(record), log=_log(record, "log"),
+                rating=_rating(record.get("rating")), date=_day(record.get("uploadtime")),
+                players={f"p{i + 1}": str(p) for i, p in enumerate(list(players)[:2])}))
         if source == "pokechamp":
             if not record.get("gamemode"):
                 raise InvalidRecordError("pokechamp record has no `gamemode`")
-            return Replay(battle_id=str(record["battle_id"]), format=str(record["gamemode"]),
-                          log=_log(record, "text"), rating=_rating(record.get("elo")),
-                          date=_month(record.get("month_year")), players={})
+            return _with_format(Replay(battle_id=str(record["battle_id"]), format=str(record["gamemode"]),
+                                       log=_log(record, "text"), rating=_rating(record.get("elo")),
+                                       date=_month(record.get("month_year")), players={}))
     except KeyError as err:
         raise InvalidRecordError(f"{source} record lacks {err}") from err
     raise ValueError(f"unknown replay source {source!r}")
@@ -207,12 +246,23 @@ def parse(source: str, payload: bytes, dexes: dict[int, Dex], filters: ReplayFil
     if reason is not None:
         return [], reason
     if replay.format not in known_formats:
-        raise UnknownFormatError(f"format {replay.format!r} is not a format of the pinned simulator")
+        raise UnknownFormatError(_unknown_format(replay))
     if any(line.startswith("|gametype|") and line != "|gametype|singles" for line in replay.log[:40]):
         return [], "not_singles"
     dex = dexes[gen_of_format(replay.format)]
     return spectator_trajectories(replay.log, dex, format_id=replay.format, battle_id=replay.battle_id,
                                   rating=replay.rating, names=replay.players), None
+
+
+def _unknown_format(replay: Replay) -> str:
+    """Why a replay's format is not one the pinned simulator knows."""
+    if not _GEN_PREFIX.match(replay.format):
+        return (f"format {replay.format!r} does not name its generation (no gen<N> prefix, as older replays write "
+                f"it) and the log has no |gen| line to tell it")
+    if replay.source_format is not None:
+        return (f"format {replay.format!r} (the source's {replay.source_format!r} in the log's generation) is not a "
+                f"format of the pinned simulator")
+    return f"format {replay.format!r} is not a format of the pinned simulator"
 
 
 def download(source: str, out_dir: Path, revision: str | None, formats: list[str]) -> str:
@@ -328,7 +378,7 @@ def read_row_group(item: dict) -> list[dict]:
     import pyarrow.parquet as pq
 
     source, formats = item["source"], set(item["formats"])
-    id_column, format_column = ID_COLUMN[source], FORMAT_COLUMN[source]
+    id_column, format_column, log_column = ID_COLUMN[source], FORMAT_COLUMN[source], LOG_COLUMN[source]
     name = storage.name(item["uri"])
     if item.get("read_error") is not None:
         return [read_row(name, read_error=item["read_error"])]
@@ -343,12 +393,16 @@ def read_row_group(item: dict) -> list[dict]:
     for i, row, error in _decoded_rows(table):
         if error is not None:
             battle, fmt = _cell(table, id_column, i), _cell(table, format_column, i)
-            if formats and fmt is not None and fmt not in formats:
+            # an unprefixed id's generation is in the log, which may be what cannot be read: kept
+            if formats and isinstance(fmt, str) and fmt not in formats and _GEN_PREFIX.match(fmt):
                 continue
             input_id_ = f"{name}::{battle}" if battle is not None else f"{group}:row{i}"
             out.append(read_row(input_id_, read_error=f"row {i} of row group {item['row_group']}: {error}"))
             continue
-        if formats and row.get(format_column) not in formats:
+        fmt = row.get(format_column)
+        if isinstance(fmt, str) and isinstance(row.get(log_column), str):
+            fmt = canonical_format(fmt, row[log_column])
+        if formats and fmt not in formats:
             continue
         out.append(read_row(f"{name}::{row.get(id_column)}", json.dumps(row, default=str, sort_keys=True).encode()))
     return out
