@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pipelines.pokemon.dex import Dex, UnknownDexEntry, to_id
+from pipelines.pokemon.dex import Dex, UnknownDexEntry, move_id, to_id
 from shards_schema.pokemon import NUM_MOVES, NUM_SWITCHES
 
 HP_TOLERANCE = 0.011
@@ -45,7 +45,7 @@ def visible_choices(lines: list[str], dex: Dex) -> dict[tuple[str, int], set[tup
     the request's only choice) and for the
     move a ``|cant|`` names for the Pokémon that could not act; ``("switch", species id)`` for each ``|switch|``
     (``|drag|`` is not chosen; a cosmetic forme such as Gastrodon-East is its dex species). Hidden Power is
-    ``hiddenpower`` whatever its type (the log does not say it)."""
+    ``hiddenpower`` whatever its type (the log does not say it); a status move used as a Z-move is that move."""
     from pipelines.pokemon.spectator import cant_actor_and_move
 
     out: dict[tuple[str, int], set[tuple[str, str]]] = {}
@@ -63,7 +63,7 @@ def visible_choices(lines: list[str], dex: Dex) -> dict[tuple[str, int], set[tup
             if parts[2][:2] in encored:
                 encored.discard(parts[2][:2])
             elif not any(p.startswith("[from]") and "lockedmove" not in p for p in parts[5:]):
-                out.setdefault((parts[2][:2], turn), set()).add(("move", _move_name(to_id(parts[3]))))
+                out.setdefault((parts[2][:2], turn), set()).add(("move", _move_name(move_id(parts[3]))))
         elif kind == "cant" and len(parts) > 4:
             actor, move = cant_actor_and_move(parts)
             if move is not None and actor == parts[2]:
@@ -78,8 +78,8 @@ def visible_choices(lines: list[str], dex: Dex) -> dict[tuple[str, int], set[tup
     return out
 
 
-def _move_name(move_id: str) -> str:
-    return "hiddenpower" if move_id.startswith("hiddenpower") else move_id
+def _move_name(move: str) -> str:
+    return "hiddenpower" if move.startswith("hiddenpower") else move
 
 
 def _mon_fields(prefix: str, truth: dict | None, recon: dict | None, out: dict[str, bool]) -> None:

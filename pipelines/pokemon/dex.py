@@ -13,7 +13,7 @@ import os
 import re
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
 
@@ -32,6 +32,39 @@ def to_id(name: str) -> str:
     """Showdown's ``toID``: lowercase alphanumerics only. Parsers call it several times per protocol line; the
     regex took 0.75 us a call, a cached name 0.07 us (measured on move, item and effect names)."""
     return _NON_ID.sub("", name.lower())
+
+
+@lru_cache(maxsize=1 << 12)
+def move_id(name: str) -> str:
+    """The id of the move a ``|move|`` line names. A status move used as a Z-move is that move, named
+    ``Z-<move>``: pokemon-showdown 0.11.11's ``useMoveInner`` prefixes the name of a status move's Z-powered copy
+    (its gen7randombattle logs: ``|move|p1a: Tyrantrum|Z-Dragon Dance|p1a: Tyrantrum|[anim]Dragon Dance``).
+    No move's name starts with ``Z-``."""
+    return to_id(name[2:]) if name.startswith("Z-") else to_id(name)
+
+
+Z_MOVE_TYPES = {
+    "aciddownpour": "poison", "alloutpummeling": "fighting", "blackholeeclipse": "dark", "bloomdoom": "grass",
+    "breakneckblitz": "normal", "continentalcrush": "rock", "corkscrewcrash": "steel", "devastatingdrake": "dragon",
+    "gigavolthavoc": "electric", "hydrovortex": "water", "infernooverdrive": "fire",
+    "neverendingnightmare": "ghost", "savagespinout": "bug", "shatteredpsyche": "psychic",
+    "subzeroslammer": "ice", "supersonicskystrike": "flying", "tectonicrage": "ground", "twinkletackle": "fairy",
+}
+"""The Z-move any damaging move of a type becomes (``BattleActions.Z_MOVES`` of pokemon-showdown 0.11.11): the
+type is the base move's dex type (``getZMove``; Weather Ball's after the weather, ``useMoveInner``), whatever the
+user's ability. The log names the Z-move, not the base (``|move|p2a: Beautifly|Savage Spin-Out|...|[zeffect]``)."""
+
+SIGNATURE_Z_MOVES = {
+    "10000000voltthunderbolt": "thunderbolt", "catastropika": "volttackle", "clangoroussoulblaze": "clangingscales",
+    "extremeevoboost": "lastresort", "genesissupernova": "psychic", "guardianofalola": "naturesmadness",
+    "letssnuggleforever": "playrough", "lightthatburnsthesky": "photongeyser",
+    "maliciousmoonsault": "darkestlariat", "menacingmoonrazemaelstrom": "moongeistbeam",
+    "oceanicoperetta": "sparklingaria", "pulverizingpancake": "gigaimpact", "searingsunrazesmash": "sunsteelstrike",
+    "sinisterarrowraid": "spiritshackle", "soulstealing7starstrike": "spectralthief",
+    "splinteredstormshards": "stoneedge", "stokedsparksurfer": "thunderbolt",
+}
+"""Z-moves made from one move only: each Z-crystal's ``zMove`` → its ``zMoveFrom`` (pokemon-showdown 0.11.11
+``data/items.ts``), so the log's Z-move names its base exactly."""
 
 
 class UnknownDexEntry(KeyError):
@@ -84,6 +117,9 @@ class Dex:
     moves: dict
     items: dict
     abilities: dict
+    power_moves: dict = field(default_factory=dict)
+    """Z-moves and Max moves of this dex → the one move the protocol names as their base (signature Z-moves), or
+    "" where it does not (a type's Z-move, a Max or G-Max move). None of them is ever one of a Pokémon's moves."""
 
     def species_id(self, name: str) -> str:
         """The dex id of a species as a log names it. Cosmetic formes (``Florges-Yellow``, ``Gastrodon-East``)
@@ -118,7 +154,11 @@ def load_dex(gen: int) -> Dex:
     # export_dex.js writes toID(type), which is "" for "???"
     moves = {mid: {**m, "type": m["type"] or TYPELESS} for mid, m in raw["moves"].items()}
     species = {sid: {**sp, "types": [t or TYPELESS for t in sp["types"]]} for sid, sp in raw["species"].items()}
-    return Dex(gen, species, moves, raw["items"], raw["abilities"])
+    # Max and G-Max moves are the dex's ids starting with "max"/"gmax" (52 in gens 8-9, none before; no other
+    # move's id starts so): BattleActions.MAX_MOVES and the species' G-Max moves of pokemon-showdown 0.11.11
+    power_moves = {mid: SIGNATURE_Z_MOVES.get(mid, "") for mid in moves
+                   if mid in SIGNATURE_Z_MOVES or mid in Z_MOVE_TYPES or mid.startswith(("max", "gmax"))}
+    return Dex(gen, species, moves, raw["items"], raw["abilities"], power_moves)
 
 
 @cache

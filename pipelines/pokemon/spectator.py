@@ -23,8 +23,16 @@ Decision points and the action at each:
   abilities (``ability: Damp``, ``Dazzling``, ``Queenly Majesty``, ``Armor Tail``) name their holder first and the
   mover in ``[of]``, after the mover's own move line;
 - a ``|switch|`` after the side's active fainted, or mid-turn after it already acted (U-turn, Eject Button,
-  Emergency Exit), is a forced-switch decision whose action is that switch; ``|drag|`` is not a decision.
+  Emergency Exit), is a forced-switch decision whose action is that switch; ``|drag|`` is not a decision;
+- a Z-move or Max move is chosen through one of the Pokémon's moves, and is never a move slot itself: a status
+  Z-move (``Z-Dragon Dance``) and a signature Z-move (Catastropika: Volt Tackle) name their base, whose slot is the
+  action; a type's Z-move or a Max move is its base's slot when all four of the Pokémon's moves are known and one
+  alone can become it (``_power_move_base``), else -1. (The row does not say that the move was Z-powered or
+  Dynamaxed.)
 The legal mask is derived from the state (``legal_mask_exact`` false).
+
+Older logs write ``[from]X`` / ``[of]X`` without the space, and a bare effect name (``[from]Magic Bounce``): such
+lines are rewritten in 0.11.11's form first (``respaced``).
 """
 
 from __future__ import annotations
@@ -34,8 +42,8 @@ import re
 from dataclasses import dataclass, field
 
 from pipelines.errors import ProtocolError, TruncatedBattleError
-from pipelines.pokemon.dex import Dex, UnknownDexEntry, to_id
-from pipelines.pokemon.tracker import BattleTracker, Mon, Side, _details, _effect_id, _ident
+from pipelines.pokemon.dex import Z_MOVE_TYPES, Dex, UnknownDexEntry, move_id, to_id
+from pipelines.pokemon.tracker import BattleTracker, Mon, Side, _caller, _details, _effect_id, _ident
 from pipelines.pokemon.trajectory import TrajectoryMeta, build_rows, derived_mask
 from shards_schema.pokemon import NUM_MOVES, NUM_SWITCHES
 
@@ -51,9 +59,37 @@ _HINDSIGHT_KINDS = frozenset(("switch", "drag", "replace", "move", "cant", "-tra
 # lines of those kinds, or any line naming an item or ability by [from] (the log's lines hold no newline)
 _HINDSIGHT_LINES = re.compile(
     rf"^\|(?:{'|'.join(map(re.escape, sorted(_HINDSIGHT_KINDS)))})(?:\|.*)?$|^\|.*\[from\] .*$", re.MULTILINE)
+# Mega Evolution, Ultra Burst and Primal Reversion name the item that made the forme; rare lines, found by a scan of
+# their own only in logs that hold them (these three kinds in the pattern above made that scan 35% slower on the
+# bench battles)
+_FORME_ITEM_LINES = re.compile(r"^\|-(?:mega|burst|primal)\|.*$", re.MULTILINE)
+_FORME_ITEM = re.compile(r"-(?:mega|burst|primal)\|")  # 5 us a bench battle; three `in` tests took 22 us
 # the kinds the walk reads besides the tracker; every other line goes to the tracker only
 _WALK_KINDS = frozenset(("turn", "switch", "drag", "move", "cant", "-transform", "-start", "-activate",
                          "-terastallize"))
+# ``[from]X`` and ``[of]X`` without the space: older pokemon-showdown wrote ``'|[from]' + effect`` on move lines, with
+# the effect's bare name (a real gen 6 replay: ``|move|p1a: Espeon|Stealth Rock|p2a: Metacute|[from]Magic Bounce``).
+# One search of the joined log finds them; only such logs are rewritten, line by line.
+_UNSPACED = re.compile(r"\[(?:from|of)\][^ |]")
+_UNSPACED_ARG = re.compile(r"\|\[(from|of)\]([^ |][^|]*)")
+
+
+def respaced(lines: list[str], dex: Dex) -> list[str]:
+    """The lines with ``[from]X`` / ``[of]X`` written as pokemon-showdown 0.11.11 writes them: ``[of] X``, and
+    ``[from] ability: X`` / ``[from] item: X`` for a bare ability or item name (a bare move or condition stays bare,
+    as 0.11.11 writes it in gens 1-3: ``[from] Sleep Talk``, ``[from] lockedmove``; Metronome is a move first)."""
+
+    def spaced(match: re.Match) -> str:
+        key, value = match.groups()
+        if key == "from" and ":" not in value:
+            effect = to_id(value)
+            if effect not in dex.moves and effect in dex.abilities:
+                value = f"ability: {value}"
+            elif effect not in dex.moves and effect in dex.items:
+                value = f"item: {value}"
+        return f"|[{key}] {value}"
+
+    return [_UNSPACED_ARG.sub(spaced, line) if "[from]" in line or "[of]" in line else line for line in lines]
 
 
 def cant_actor_and_move(parts: list[str]) -> tuple[str, str | None]:
@@ -75,15 +111,17 @@ class Known:
     tera_type: str | None = None
 
 
-def hindsight(lines: list[str]) -> tuple[dict[str, dict[str, Known]], dict[str, list[str]]]:
-    """(side -> nickname -> Known, side -> team order) from one pass over the log."""
+def hindsight(log: str, dex: Dex) -> tuple[dict[str, dict[str, Known]], dict[str, list[str]]]:
+    """(side -> nickname -> Known, side -> team order) from one pass over the log (its lines joined by newlines)."""
     known: dict[str, dict[str, Known]] = {"p1": {}, "p2": {}}
     order: dict[str, list[str]] = {"p1": [], "p2": []}
     transformed: dict[tuple[str, str], tuple[str, str]] = {}  # (side, nick) → whom it copied
     mimicked: dict[tuple[str, str], str] = {}  # (side, nick) → the move Mimic put in its Mimic slot
+    active: dict[str, str] = {}  # side → nickname of its active Pokémon
     # Most lines (damage, turns, boosts...) say nothing a player knows in hindsight: one scan of the joined log
     # finds the others (gen1ou: 105 of 443 lines), about 3x faster than testing each line in Python.
-    for match in _HINDSIGHT_LINES.finditer("\n".join(lines)):
+    power_moves = dex.power_moves
+    for match in _HINDSIGHT_LINES.finditer(log):
         line = match.group()
         reveals = "[from] " in line  # an item or ability named by [from] (Leftovers, Rough Skin...)
         parts = line.split("|")
@@ -94,26 +132,29 @@ def hindsight(lines: list[str]) -> tuple[dict[str, dict[str, Known]], dict[str, 
                 if nick not in known[side]:
                     known[side][nick] = Known(species=_details(parts[3])[0])
                     order[side].append(nick)
+                active[side] = nick
                 transformed.pop((side, nick), None)
                 mimicked.pop((side, nick), None)
             elif kind == "move":
                 side, nick = _ident(parts[2])
                 k = known[side].get(nick)
-                move = to_id(parts[3])
+                move = move_id(parts[3])
+                if move in power_moves:  # a signature Z-move's base, or "": no move of its set (a Z- or Max move)
+                    move = power_moves[move]
                 source = next((p[7:].strip() for p in parts[5:] if p.startswith("[from]")), "")
-                caller = to_id(source[5:]) if source.startswith("move:") else ""
+                caller = _caller(source)  # gens 1-3 name it bare (``[from] Metronome``), as old logs respaced do
                 # an ability's move (Magic Bounce reflecting the foe's, Dancer copying it) is not the user's own
                 by_ability = source.startswith(("ability:", "item:"))
                 if (side, nick) in transformed:  # a transformed Pokémon uses the moves of the one it copied
                     target = transformed[(side, nick)]
                     k = known[target[0]].get(target[1]) if target not in transformed else None
-                if (k is None or move in _FORCED_ONLY or caller in _NOT_OWN_CALLERS or by_ability
-                        or mimicked.get((side, nick)) == move):
-                    continue
-                if move not in k.moves:
+                # the line is read on below either way: the ability that used a move is the user's
+                if (move and k is not None and move not in _FORCED_ONLY and caller not in _NOT_OWN_CALLERS
+                        and not by_ability and mimicked.get((side, nick)) != move and move not in k.moves):
                     k.moves.append(move)
             elif kind == "cant":
                 actor, move = cant_actor_and_move(parts)
+                move = power_moves.get(move, move) if move else move
                 side, nick = _ident(actor)
                 k = known[side].get(nick)
                 own = actor == parts[2]  # not a blocking ability's holder
@@ -128,7 +169,11 @@ def hindsight(lines: list[str]) -> tuple[dict[str, dict[str, Known]], dict[str, 
                 if nick in known[side]:
                     known[side][nick].tera_type = to_id(parts[3])
             elif kind in ("-item", "-enditem"):
-                side, nick = _ident(parts[2])
+                if parts[2] or kind == "-enditem":
+                    side, nick = _ident(parts[2])
+                else:  # gens 4-5 Frisk names no holder: the frisker's foe's active (BattleTracker.foe_holder)
+                    side = "p2" if next(q for q in parts if q.startswith("[of] "))[5:7] == "p1" else "p1"
+                    nick = active.get(side, "")
                 k = known[side].get(nick)
                 traded = any(p.startswith("[from] move:") for p in parts[4:])
                 if k is not None and k.item is None:
@@ -151,6 +196,20 @@ def hindsight(lines: list[str]) -> tuple[dict[str, dict[str, Known]], dict[str, 
                         k.ability = to_id(p[16:])
         except (IndexError, ValueError, ProtocolError):
             continue  # the main pass raises the typed error for malformed lines
+    # from gen 6 on (Mega Evolution, Primal Reversion: gen 6; Ultra Burst: gen 7; all in later National Dex formats)
+    if dex.gen >= 6 and _FORME_ITEM.search(log) is not None:
+        for match in _FORME_ITEM_LINES.finditer(log):
+            # |-mega|<mon>|<species>|<stone>, |-burst|<mon>|<species>|<item>, |-primal|<mon>|<orb>: an item that
+            # cannot be lost, so the first item revealed by any line
+            parts = match.group().split("|")
+            at = 3 if parts[1] == "-primal" else 4
+            try:
+                side, nick = _ident(parts[2])
+            except ProtocolError:
+                continue
+            k = known[side].get(nick)
+            if k is not None and k.item is None and len(parts) > at and parts[at]:
+                k.item = to_id(parts[at])
     return known, order
 
 
@@ -161,8 +220,12 @@ class SpectatorParser:
         self.tracker = BattleTracker(dex, format_id)
         # Each pass splits the lines it reads: holding every line's split (a list each) for the whole battle
         # gave the cyclic collector 4 more objects per decision to walk than it saved in splitting.
+        log = "\n".join(lines)
+        if _UNSPACED.search(log) is not None:
+            lines = respaced(lines, dex)
+            log = "\n".join(lines)
         self.lines = lines
-        self.known, self.order = hindsight(lines)
+        self.known, self.order = hindsight(log, dex)
         self.tera_allowed = dex.gen >= 9
         self.steps: dict[str, list[tuple[dict, int, list[bool]]]] = {"p1": [], "p2": []}
         self.turns: dict[str, list[int]] = {"p1": [], "p2": []}
@@ -307,15 +370,46 @@ class SpectatorParser:
         state, _, mask = self.steps[side_id][index]
         self.steps[side_id][index] = (state, action, mask)
 
-    def _move_action(self, side_id: str, move_id: str) -> int:
+    def _move_action(self, side_id: str, move: str) -> int:
         side = self.tracker.sides[side_id]
-        if side.active is None or move_id in _FORCED_ONLY:
+        if side.active is None or move in _FORCED_ONLY:
             return -1
         moves = self._move_ids(side_id, side.active.name, side.active)
-        if move_id not in moves:
+        if move not in moves and move in self.tracker.dex.power_moves:
+            move = self._power_move_base(side_id, side.active, move, moves)
+        if move not in moves:
             return -1  # not one of the slots it sees (a move Mimic copied, a transformed Pokémon's unrevealed one)
-        slot = moves.index(move_id)
+        slot = moves.index(move)
         return _TERA_OFFSET + slot if self.tera_next[side_id] else slot
+
+    def _power_move_base(self, side_id: str, mon: Mon, move: str, slots: tuple[str, ...]) -> str | None:
+        """The move slot a Z-move or Max move was chosen through, where the log tells it exactly, else None.
+
+        A signature Z-move names its base. The log names the others only by type (``Savage Spin-Out``, ``Max
+        Airstream``): the base is then known when all four of the Pokémon's moves are and one alone can become it.
+        A type's Z-move comes from a damaging move of the base's dex type whatever the ability (Hidden Power's is
+        Normal), or from Weather Ball, typed by the weather first (pokemon-showdown 0.11.11 ``getZMove``,
+        ``useMoveInner``). Max Guard comes from any status move and every other Max move from a damaging one, of
+        the type the move has after its user's ability and item (``getActiveMaxMove`` after ``ModifyType``), which
+        a spectator may not know: only the category is used."""
+        dex = self.tracker.dex
+        if dex.power_moves[move]:
+            return dex.power_moves[move]
+        target = self.copied.get((side_id, mon.name)) if "transform" in mon.effects else None
+        known = self.known[target[0]].get(target[1]) if target else self.known[side_id].get(mon.name)
+        if known is None or len(known.moves) != NUM_MOVES or len(slots) != NUM_MOVES:
+            return None
+        entries = [dex.moves.get(m) for m in slots]
+        if None in entries:
+            return None
+        z_type = Z_MOVE_TYPES.get(move)
+        if z_type is not None:
+            can = [m for m, e in zip(slots, entries, strict=True) if e["category"] != "status" and (
+                m == "weatherball" or ("normal" if m.startswith("hiddenpower") else e["type"]) == z_type)]
+        else:
+            can = [m for m, e in zip(slots, entries, strict=True)
+                   if (e["category"] == "status") == (move == "maxguard")]
+        return can[0] if len(can) == 1 else None
 
     # ------------------------------------------------------------------ the walk
     def run(self) -> None:
@@ -348,13 +442,13 @@ class SpectatorParser:
             elif kind == "move" and len(parts) > 3:
                 side_id = parts[2][:2]
                 called = any(p.startswith("[from]") and "lockedmove" not in p for p in parts[5:])
-                move_id = to_id(parts[3])
+                move = move_id(parts[3])
                 if self.pending.get(side_id) is not None and not called and (
-                        not self.asleep[side_id] or move_id in _SLEEP_USABLE):
-                    self._set_action(side_id, self.pending[side_id], self._move_action(side_id, move_id))
+                        not self.asleep[side_id] or move in _SLEEP_USABLE):
+                    self._set_action(side_id, self.pending[side_id], self._move_action(side_id, move))
                 self.pending[side_id] = None if not called else self.pending[side_id]
                 self.asleep[side_id] = False
-                if move_id != "pursuit":
+                if move != "pursuit":
                     self.moved_this_turn = True
             elif kind == "cant" and len(parts) > 2:
                 self._on_cant(parts)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 
 from pipelines.errors import ProtocolError, UnknownMessageError
-from pipelines.pokemon.dex import TYPELESS, Dex, UnknownDexEntry, to_id
+from pipelines.pokemon.dex import TYPELESS, Dex, UnknownDexEntry, move_id, to_id
 
 _BOOST_KEYS = {"atk": "atk_boost", "def": "def_boost", "spa": "spa_boost", "spd": "spd_boost", "spe": "spe_boost",
                "accuracy": "accuracy_boost", "evasion": "evasion_boost"}
@@ -31,8 +31,8 @@ _IGNORED = frozenset(
     "noinit expire choice variation warning custom spectator spectatorleave updatepoke showteam swap request "
     "queryresponse userstats tournament zbroken "
     "-hint -message -anim -notarget -nothing -crit -supereffective -resisted -immune -miss -fail -block -center "
-    "-combine -waiting -prepare -mustrecharge -hitcount -singlemove -singleturn -zpower -zbroken -burst -primal "
-    "-ohko -fieldactivate -activate -candynamax -primal -mega".split()
+    "-combine -waiting -prepare -mustrecharge -hitcount -singlemove -singleturn -zpower -zbroken "
+    "-ohko -fieldactivate -activate -candynamax".split()
 )
 def _ident(raw: str) -> tuple[str, str]:
     """``p1a: Nick`` → (``p1``, ``Nick``)."""
@@ -72,7 +72,8 @@ class Mon:
     """
 
     __slots__ = ("name", "species", "level", "hp_pct", "status", "types", "item", "ability", "moves",
-                 "boosts", "effects", "tera_type", "terastallized", "active", "exact_pp", "revision", "aliased")
+                 "own_moves", "boosts", "effects", "tera_type", "terastallized", "active", "exact_pp", "revision",
+                 "aliased")
 
     def __init__(self, name: str, species: str, level: int, gen: int):
         self.name = name
@@ -84,6 +85,7 @@ class Mon:
         self.item = "unknownitem" if gen >= 2 else "noitem"
         self.ability = "unknownability" if gen >= 3 else "noability"
         self.moves: dict[str, int] = {}  # move id -> PP used (revealed order is slot order)
+        self.own_moves: dict[str, int] | None = None  # its own moves while ``moves`` are those it copied
         self.exact_pp: dict[str, tuple[int, int]] = {}  # move id -> (pp, maxpp) from the player's own request
         self.boosts: dict[str, int] = {}
         self.effects: set[str] = set()
@@ -110,6 +112,8 @@ class Mon:
     def switch_out(self, keep_boosts: bool = False) -> None:
         self.active = False
         self.effects.clear()
+        if self.own_moves is not None:  # a Transform ends when its Pokémon leaves the field
+            self.moves, self.own_moves = self.own_moves, None
         if not keep_boosts:
             self.boosts.clear()
         self.types = None if not self.terastallized else self.types
@@ -158,7 +162,8 @@ class BattleTracker:
             "-sidestart": self._sidestart, "-sideend": self._sideend, "-swapsideconditions": self._swapsides,
             "-start": self._start, "-end": self._end, "-item": self._item, "-enditem": self._enditem,
             "-ability": self._ability, "-endability": self._endability, "-transform": self._transform,
-            "-mega": _noop, "-terastallize": self._terastallize, "-transformed": _noop,
+            "-mega": self._forme_item, "-burst": self._forme_item, "-primal": self._primal,
+            "-terastallize": self._terastallize, "-transformed": _noop,
             "turn": self._turn, "win": self._win, "tie": self._tie, "-clearallboosts": self._clearallboost,
         }
         self._last_mover: Mon | None = None
@@ -307,20 +312,32 @@ class BattleTracker:
         mon = self._mon(parts[2])
         if mon.status == "fnt":
             raise ProtocolError(f"impossible state: {parts[2]} uses {parts[3]} while fainted")
-        move_id = to_id(parts[3])
+        move = move_id(parts[3])
         side = self._side_of(parts[2])
         kw = self._kwargs(parts[5:]) if len(parts) > 5 else {}
         source = kw.get("from", "")
         # A move called by another (Sleep Talk, Metronome) or continuing a lock does not cost PP. Gen 1-3 logs
         # name the caller without the ``move:`` prefix (``[from] Sleep Talk`` in pokemon-showdown 0.11.11's gen 2).
         # A move an ability uses (Magic Bounce reflecting the foe's, Dancer) is not one of the user's either.
-        called = (source.startswith(("move:", "ability:")) or source == "lockedmove" or "zeffect" in kw
+        called = (source.startswith(("move:", "ability:")) or source == "lockedmove"
                   or (source != "" and to_id(source) in self.dex.moves))
-        if move_id not in ("struggle", "recharge") and not called:
-            mon.moves[move_id] = mon.moves.get(move_id, 0) + 1
-        elif source.startswith("move:") and move_id not in mon.moves and to_id(source[5:]) in mon.moves:
-            pass  # the calling move was revealed; the called move is not one of its own slots
-        side.prev_move = move_id
+        if called:
+            # Sleep Talk uses one of the user's own move slots (pokemon-showdown 0.11.11 ``sleeptalk.onHit`` picks
+            # from ``pokemon.moveSlots``): the called move is revealed, at no PP (Sleep Talk paid). No other caller
+            # uses the user's own moves (Metronome, Copycat, Assist, Me First, Mirror Move, Nature Power).
+            if _caller(source) == "sleeptalk" and move not in self.dex.power_moves:
+                mon.moves.setdefault(move, 0)
+            elif source.startswith("ability:"):  # Magic Bounce, Dancer: the mover's ability
+                self._reveal_from(mon, parts[5:])
+        elif move in self.dex.power_moves:
+            # A Z-move or Max move is never one of a Pokémon's moves: a signature Z-move names its base (which pays
+            # the PP: ``runMove`` deducts the base move's); other Z-moves and Max moves do not say which it was.
+            base = self.dex.power_moves[move]
+            if base:
+                mon.moves[base] = mon.moves.get(base, 0) + 1
+        elif move not in ("struggle", "recharge"):
+            mon.moves[move] = mon.moves.get(move, 0) + 1
+        side.prev_move = move
         self._last_mover = mon
 
     def _cant(self, parts):
@@ -441,11 +458,24 @@ class BattleTracker:
         mon.effects.discard(effect)
 
     def _item(self, parts):
-        mon = self._mon(parts[2])
-        mon.item = to_id(parts[3])
         kw = self._kwargs(parts[4:])
+        if parts[2] or not kw.get("of"):
+            mon = self._mon(parts[2])
+        else:  # gens 4-5 Frisk: the holder is the frisker's foe, unnamed (``foe_holder``)
+            mon = self.foe_holder(kw["of"])
+        mon.item = to_id(parts[3])
         if kw.get("from", "").startswith("ability: ") and kw.get("of"):  # Frisk: the [of] side's ability
             self._mon(kw["of"]).ability = to_id(kw["from"][9:])
+
+    def foe_holder(self, frisker: str) -> Mon:
+        """The Pokémon whose item a gen 4-5 Frisk line reveals: pokemon-showdown 0.11.11 (``mods/gen4`` and
+        ``mods/gen5`` abilities) writes ``|-item||<item>|[from] ability: Frisk|[of] <frisker>``, naming no holder;
+        in singles it is the frisker's foe's active Pokémon."""
+        side = self.sides.get("p2" if frisker[:2] == "p1" else "p1" if frisker[:2] == "p2" else "")
+        if side is None or side.active is None:
+            raise ProtocolError(f"Frisk by {frisker!r} with no foe on the field")
+        side.active.revision += 1
+        return side.active
 
     def _enditem(self, parts):
         self._mon(parts[2]).item = "noitem"
@@ -462,6 +492,25 @@ class BattleTracker:
         mon.types = list(target.types) if target.types else self.species_types(target)
         mon.boosts = dict(target.boosts)
         mon.effects.add("transform")
+        # The moves it uses from now on are the copied ones, until it leaves the field (``switch_out``); a second
+        # Transform copies afresh. Its own moves (Transform's PP included) come back when it switches out.
+        if mon.own_moves is None:
+            mon.own_moves = mon.moves
+        mon.moves = {}
+        self._reveal_from(mon, parts[4:])  # [from] ability: Imposter
+
+    def _forme_item(self, parts):
+        """``|-mega|<mon>|<species>|<stone>`` and ``|-burst|<mon>|<species>|<item>`` name the item that made the
+        forme (pokemon-showdown 0.11.11 ``Pokemon.formeChange``); a Mega Stone cannot be lost."""
+        mon = self._mon(parts[2])
+        if len(parts) > 4 and parts[4]:
+            mon.item = to_id(parts[4])
+
+    def _primal(self, parts):
+        """``|-primal|<mon>|<orb>`` (pokemon-showdown 0.11.11; older logs leave the orb out)."""
+        mon = self._mon(parts[2])
+        if len(parts) > 3 and parts[3]:
+            mon.item = to_id(parts[3])
 
     def _terastallize(self, parts):
         mon = self._mon(parts[2])
@@ -529,7 +578,10 @@ class BattleTracker:
             key = (*self.mon_key(mon), *itertools.chain.from_iterable(mon.moves.items()))  # + the default moves
             hit = self._mon_memo.get(key)
             if hit is None:
-                moves = [self.move_state(m, used=used) for m, used in mon.moves.items()][:8]
+                try:
+                    moves = [self.move_state(m, used=used) for m, used in mon.moves.items()][:8]
+                except UnknownDexEntry as err:
+                    raise ProtocolError(str(err)) from err
                 hit = self._mon_memo[key] = self.render_mon(mon, moves)
             return hit
         key = (*self.mon_key(mon), *map(id, moves))  # move dicts are memoized: their ids are stable
@@ -609,6 +661,11 @@ class BattleTracker:
             return self.move_state(side.prev_move)
         except UnknownDexEntry as err:
             raise ProtocolError(str(err)) from err
+
+
+def _caller(source: str) -> str:
+    """The id of the move a ``[from]`` names: ``move: Sleep Talk`` (gen 4+) or ``Sleep Talk`` (gens 1-3)."""
+    return to_id(source[5:]) if source.startswith("move:") else to_id(source)
 
 
 def _noop(parts):
