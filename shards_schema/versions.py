@@ -32,8 +32,11 @@ class CodeVersions:
 
 POKEMON_TURNS = CodeVersions(
     schema="1.0.0",
+    # 3.0.0: Z-moves and Max moves are never move slots (a status or signature Z-move is its base); Sleep Talk's move
+    # revealed to the foe, Mirror Move's/Metronome's (gens 1-3) not the user's; Mega/Primal/Ultra Burst items; a
+    # Transform's copied moves end with it; Imposter and gen 4-5 Frisk read; older logs' [from]X and format ids.
     # 2.0.0: choices shown by |cant|/Sleep Talk and Hidden Power recorded; "???" move type a word; Metamon ties, case
-    parser="2.0.0",
+    parser="3.0.0",
     observation="1.0.0",
     reparse_command="python pipelines/parse_replays.py --source <source> --input <raw inputs> --out <dir>",
     refeaturize_command="python pipelines/refeaturize.py --input <this version folder> --out <dir>",
