@@ -1,6 +1,7 @@
 """Trainers by URI: shards read from and checkpoints written to an S3 bucket (moto's server on 127.0.0.1); a run
 resumed from the store continues with the same losses as an uninterrupted local run on the local copy, also when the
-store throttles, resets connections and stalls (the fault proxy in front of it)."""
+store throttles and resets connections (the fault proxy in front of it). Every trainer runs through ``fit()``; the
+Pokémon policy's S3 run and resume are checked on the two-node cluster (``tests/test_cluster_s3.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from conftest import copy_tree
 
 from shards_schema import storage
 from tools.fault_proxy import FaultProxy, Faults
-from training.checkpoints import load_state
 from training.loop import latest_checkpoint, local_run_folder
 
 
@@ -27,25 +27,6 @@ def _on_store_only(out: str) -> str:
     assert latest is not None and latest.startswith(out + "/ray/")
     assert not (local_run_folder(out) / "ray").exists()
     return latest
-
-
-def test_offline_rl_on_s3_resumes_exactly(s3_bucket, tiny_generated, tmp_path, monkeypatch):
-    from training.offline_rl import TrainConfig, run
-
-    monkeypatch.chdir(tmp_path)  # a remote --out keeps metrics.csv under ./runs/<bucket>/<key>
-    _, published, _ = tiny_generated
-    shards = f"{s3_bucket}/out/pokemon_turns/{published.path.name}"
-    copy_tree(str(published.path), shards)
-    straight = tmp_path / "straight"
-    run(TrainConfig.tiny(shards=str(published.path), out=str(straight), steps=8, log_every=1))
-    out = f"{s3_bucket}/runs/bc"
-    run(TrainConfig.tiny(shards=shards, out=out, steps=4, log_every=1))
-    assert load_state(storage.join(_on_store_only(out), "state.pt"))["step"] == 4
-    run(TrainConfig.tiny(shards=shards, out=out, steps=8, log_every=1, resume=True))
-    assert load_state(storage.join(_on_store_only(out), "state.pt"))["step"] == 8
-    a, b = _losses(straight, "loss"), _losses(local_run_folder(out), "loss")
-    assert sorted(b) == list(range(1, 9))
-    assert [a[s] for s in range(1, 9)] == [b[s] for s in range(1, 9)]  # the same rows, and an exact resume
 
 
 @pytest.fixture(scope="module")
@@ -65,11 +46,13 @@ def test_world_model_on_a_faulty_s3_resumes_exactly(s3_server, s3_bucket, melee_
     monkeypatch.chdir(tmp_path)
     shards = f"{s3_bucket}/out/melee_frames/{melee_version.name}"
     copy_tree(str(melee_version), shards)
-    cfg = dict(log_every=1, scheduled_sampling=0.5)
+    cfg = dict(log_every=1, scheduled_sampling=0.5, eval_every=100)
     straight = tmp_path / "straight"
     run(WorldModelTrainConfig.tiny(shards=str(melee_version), out=str(straight), steps=8, **cfg))
     out = f"{s3_bucket}/runs/wm"
-    with FaultProxy(s3_server, Faults(seed=5, slow_down=0.15, reset=0.05, stall=0.02, stall_s=1.0)) as proxy:
+    # few faults: each throttled request costs the S3 client's backoff (the SDK waits longer after a 503), and the
+    # parse job's tests and benchmarks/fault_runs.py meet hundreds
+    with FaultProxy(s3_server, Faults(seed=5, slow_down=0.05, reset=0.05)) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)  # the driver and, through run_storage, the workers
         run(WorldModelTrainConfig.tiny(shards=shards, out=out, steps=4, **cfg))
         run(WorldModelTrainConfig.tiny(shards=shards, out=out, steps=8, resume=True, **cfg))
