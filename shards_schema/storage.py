@@ -104,13 +104,18 @@ def retrying(op: str, uri: str, call: Callable[[], T], policy: RetryPolicy | Non
 
 
 class _Guarded(io.RawIOBase):
-    """A file of the store whose failures raise ``StorageError`` (see the module docstring). Reads are not retried
-    one by one: a stream cut mid-body is re-read whole by its caller (a parse job's read task re-reads the work
-    item), since a decoder half-way through it cannot resume."""
+    """A file of the store whose failures raise ``StorageError`` (see the module docstring).
 
-    def __init__(self, native, uri: str):
+    A read of a random-access file is one ranged request at a known offset, so a failed one is retried under
+    ``policy`` from the same offset: a Parquet row group of an hf-raw table is a dozen ranged reads, and one reset
+    among them must not cost the whole work item. A sequential stream cut mid-body cannot resume (the decoder
+    reading it is half-way through), so its reads are not retried here: its caller re-reads it whole (a parse
+    job's read task re-reads the work item)."""
+
+    def __init__(self, native, uri: str, policy: RetryPolicy | None = None):
         super().__init__()
-        self._native, self._uri = native, uri
+        self._native, self._uri, self._policy = native, uri, policy
+        self._random_access = bool(native.seekable())
 
     def _call(self, op: str, call: Callable[[], T]) -> T:
         try:
@@ -125,8 +130,19 @@ class _Guarded(io.RawIOBase):
         return self._native.seekable()
 
     def read(self, size: int = -1) -> bytes:
-        return self._call("read", lambda: self._native.read() if size is None or size < 0 else
-                          self._native.read(size))
+        def once() -> bytes:
+            return self._native.read() if size is None or size < 0 else self._native.read(size)
+
+        if not self._random_access:
+            return self._call("read", once)
+        at = self._native.tell()
+
+        def from_offset() -> bytes:
+            if self._native.tell() != at:
+                self._native.seek(at)
+            return once()
+
+        return retrying("read", self._uri, from_offset, self._policy)
 
     def readall(self) -> bytes:
         return self.read(-1)

@@ -104,6 +104,49 @@ def test_a_stream_cut_by_the_store_is_not_a_damaged_archive(tmp_path, monkeypatc
     assert rows and rows[-1]["read_error"] is not None and "gen1ou.tar.gz" in rows[-1]["input_id"]
 
 
+class FlakyRanges:
+    """A random-access store file whose ranged reads fail ``failures`` times each, after reading part of the range
+    (what a reset mid-body does to the position)."""
+
+    def __init__(self, data: bytes, failures: int):
+        self.data, self.failures, self.at, self.failed = data, failures, 0, {}
+
+    def read(self, size: int = -1) -> bytes:
+        size = len(self.data) - self.at if size is None or size < 0 else size
+        if self.failed.get(self.at, 0) < self.failures:
+            self.failed[self.at] = self.failed.get(self.at, 0) + 1
+            self.at += size // 2
+            raise OSError("AWS Error INTERNAL_FAILURE during GetObject operation: Failed to flush response stream")
+        chunk = self.data[self.at:self.at + size]
+        self.at += len(chunk)
+        return chunk
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.at = offset
+        return offset
+
+    def tell(self) -> int:
+        return self.at
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_ranged_read_cut_by_the_store_is_read_again_from_its_offset():
+    """A Parquet row group is many ranged reads; each is retried from its own offset, so a reset among them costs
+    one request, not the work item. A range that keeps failing raises ``StorageError`` (never a decoder's
+    ``OSError``)."""
+    data = bytes(range(256)) * 40
+    fh = storage._Guarded(FlakyRanges(data, failures=2), "s3://bucket/replays.parquet", NO_WAIT)
+    assert fh.read(1000) + fh.read(3000) + fh.read() == data
+    fh = storage._Guarded(FlakyRanges(data, failures=3), "s3://bucket/replays.parquet", NO_WAIT)
+    with pytest.raises(storage.StorageError, match="read s3://bucket/replays.parquet failed after 3 attempts"):
+        fh.read(1000)
+
+
 def test_a_listed_input_the_workers_cannot_read(ray_local, tmp_path, monkeypatch):
     """The driver lists an input its workers then cannot read (a path on the driver's disk only, a file gone): the
     job stops and names it, nothing is published; with ``--max-unreadable 1`` a version without it is published
