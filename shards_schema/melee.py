@@ -223,6 +223,14 @@ class GameIndexRow:
         start_time: ``startAt`` from the metadata, if present.
         end_method: Game End method (v2+: 1 TIME, 2 GAME, 7 NO_CONTEST), null without Game End.
         winner_port: port that won (last stock, or placements), null when unknown.
+        complete: the file has a Game End event (false: a game cut off or crashed mid-play, whose end method and
+            winner are then null or from its last frame); null for rows not parsed from a replay (world-model
+            rollouts).
+        repaired_events: events dropped before parsing because peppi does not support their code in a file of this
+            version (``pipelines/melee/slp.py`` ``repair_events``; the spec lets a reader skip them): 0 for a file
+            peppi read as it is; null for rows not parsed from a replay.
+        repaired_codes: the event codes dropped from the stream and the payload table (empty when not repaired; a
+            code listed with no events is dropped from the table alone); null for rows not parsed from a replay.
         first_frame: the first frame number (-123 in every known version).
         num_frames: unique frames.
         rollback_frames: duplicate frame rows dropped (rollback).
@@ -243,6 +251,9 @@ class GameIndexRow:
     start_time: str | None
     end_method: Annotated[int, pa.uint8()] | None
     winner_port: Annotated[int, pa.uint8()] | None
+    complete: bool | None
+    repaired_events: Annotated[int, pa.int32()] | None
+    repaired_codes: list[u8] | None
     first_frame: i32
     num_frames: i32
     rollback_frames: i32
