@@ -134,6 +134,9 @@ class BattleState:
         battle_field: field effects (terrains, ``trickroom``...), sorted.
         forced_switch: the decision is a switch forced by a faint or a pivot move.
         can_tera: the player may still terastallize this turn.
+        can_zmove: the player may use a Z-move this turn (gen 7: its active holds a Z-crystal, none used yet).
+            From a spectator log: the active is seen using one later in the battle and the side has not yet.
+        can_dynamax: the player may Dynamax this turn (gen 8: not yet Dynamaxed in this battle).
         opponent_teampreview: species ids the opponent showed at team preview (empty without team preview).
     """
 
@@ -150,6 +153,8 @@ class BattleState:
     battle_field: list[str]
     forced_switch: bool
     can_tera: bool
+    can_zmove: bool
+    can_dynamax: bool
     opponent_teampreview: list[str]
 
 
@@ -174,6 +179,10 @@ class PokemonTurn:
         action: action id chosen (see NUM_ACTIONS); -1 where not visible or not one of the 13 choices. From a
             spectator log, a ``|cant|`` that names the stopped move (Disable, Taunt, ``nopp``...) or a Sleep Talk
             after ``|cant|...|slp`` shows the choice; paralysis, freeze, flinch, a sleep with no Sleep Talk do not.
+        zmove: the chosen move was used as a Z-move (its move slot is the action; -1 where a spectator cannot
+            tell which of the Pokémon's moves became it, the flag still set).
+        dynamax: the chosen move was a Max move: the Pokémon Dynamaxed with this choice or was Dynamaxed (the
+            action is the slot of the move it was chosen through, as for ``zmove``).
         legal_mask: 13 flags, true where the action id was legal.
         legal_mask_exact: true when the mask comes from the simulator's request, false when derived from state.
         reward: reward after this decision: +1 on the final decision of a won battle, -1 lost, else 0 (a tie
@@ -199,6 +208,8 @@ class PokemonTurn:
     obs_numeric: Annotated[list[float], pa.list_(pa.field("item", pa.float32(), nullable=False), OBS_NUMERIC)]
     obs_unknown_words: i16
     action: i8
+    zmove: bool
+    dynamax: bool
     legal_mask: Annotated[list[bool], pa.list_(pa.field("item", pa.bool_(), nullable=False), NUM_ACTIONS)]
     legal_mask_exact: bool
     reward: float

@@ -16,6 +16,7 @@ from pipelines.errors import UnknownFormatError
 from pipelines.pokemon.agreement import action_meaning
 from pipelines.pokemon.dex import SIGNATURE_Z_MOVES, Z_MOVE_TYPES, known_formats, load_dex, node_env, showdown_dir
 from pipelines.pokemon.spectator import respaced, spectator_trajectories
+from pipelines.pokemon.tracker import BattleTracker
 from pipelines.sources.replays import ReplayFilters, canonical_format, normalize, parse, plan_row_groups, read_row_group
 
 DEXES = {g: load_dex(g) for g in range(1, 10)}
@@ -305,6 +306,69 @@ console.log(JSON.stringify(out));"""
     assert sim["type"] == Z_MOVE_TYPES and sim["signature"] == SIGNATURE_Z_MOVES
     dex = DEXES[8]
     assert {m for m, base in dex.power_moves.items() if not base} == set(Z_MOVE_TYPES) | set(sim["max"])
+
+
+# ---------------------------------------------------------------------------- Illusion
+# Bob's Zoroark comes in disguised as his Chatot (the real one benched at 60%), is hit after using Night Daze, and the
+# Illusion breaks; the real Chatot comes back in on turn 4. Line order as pokemon-showdown 0.11.11 writes it.
+ILLUSION = [
+    "|player|p1|Alice|", "|player|p2|Bob|", "|gen|7", "|teamsize|p1|1", "|teamsize|p2|2", "|start",
+    "|switch|p1a: Snorlax|Snorlax, L80|100/100", "|switch|p2a: Chatot|Chatot, L80|100/100",
+    "|turn|1", "|move|p2a: Chatot|Chatter|p1a: Snorlax", "|-damage|p1a: Snorlax|80/100",
+    "|move|p1a: Snorlax|Body Slam|p2a: Chatot", "|-damage|p2a: Chatot|60/100", "|",
+    "|turn|2", "|switch|p2a: Chatot|Chatot, L80|100/100", "|move|p1a: Snorlax|Curse|p1a: Snorlax",
+    "|-boost|p1a: Snorlax|atk|1", "|", "|turn|3", "|move|p2a: Chatot|Night Daze|p1a: Snorlax",
+    "|-damage|p1a: Snorlax|50/100", "|move|p1a: Snorlax|Body Slam|p2a: Chatot", "|-damage|p2a: Chatot|40/100",
+    "|replace|p2a: Zoroark|Zoroark, L80, M", "|-end|p2a: Zoroark|Illusion", "|",
+    "|turn|4", "|switch|p2a: Chatot|Chatot, L80|60/100", "|move|p1a: Snorlax|Body Slam|p2a: Chatot",
+    "|-damage|p2a: Chatot|20/100", "|", "|turn|5", "|win|Alice",
+]
+
+
+def test_an_illusion_is_its_owners_choice_and_the_foes_disguise():
+    """The owner chose Zoroark and saw it active; the foe saw Chatot do what Zoroark did until the Illusion broke,
+    then gives Zoroark its move, HP and boosts, and the real Chatot its own."""
+    rows = rows_of(ILLUSION, 7)
+    assert choice(rows[("p2", 2)]) == ("switch", "zoroark")
+    owner = rows[("p2", 3)]["state"]
+    assert owner["player_active"]["name"] == "zoroark" and move_names(owner["player_active"]) == ["nightdaze"]
+    assert [(m["name"], m["hp_pct"], move_names(m)) for m in owner["available_switches"]] == [
+        ("chatot", 0.6, ["chatter"])]
+    seen = rows[("p1", 3)]["state"]["opponent_active"]
+    assert (seen["name"], seen["hp_pct"], move_names(seen)) == ("chatot", 1.0, ["chatter"])
+    seen = rows[("p1", 4)]["state"]["opponent_active"]
+    assert (seen["name"], seen["hp_pct"], move_names(seen)) == ("zoroark", 0.4, ["nightdaze"])
+    seen = rows[("p1", 5)]["state"]["opponent_active"]
+    assert (seen["name"], seen["hp_pct"], move_names(seen)) == ("chatot", 0.2, ["chatter"])
+
+
+def test_a_broken_illusion_gives_the_disguise_back_what_it_had():
+    """A player's own stream (``pov.py``) reads the same public lines through the tracker: under the disguise its
+    foe is Chatot, and the ``|replace|`` moves what the disguise did to Zoroark."""
+    tracker = BattleTracker(DEXES[7], "gen7ou")
+    for line in ILLUSION[:ILLUSION.index("|replace|p2a: Zoroark|Zoroark, L80, M")]:
+        tracker.apply(line)
+    foe = tracker.sides["p2"]
+    assert (foe.active.name, foe.active.hp_pct, dict(foe.active.moves)) == ("Chatot", 0.4, {"chatter": 1,
+                                                                                            "nightdaze": 1})
+    tracker.apply("|replace|p2a: Zoroark|Zoroark, L80, M")
+    chatot, zoroark = foe.mons["Chatot"], foe.mons["Zoroark"]
+    assert foe.active is zoroark and not chatot.active
+    assert (zoroark.hp_pct, dict(zoroark.moves)) == (0.4, {"nightdaze": 1})
+    assert (chatot.hp_pct, dict(chatot.moves)) == (0.6, {"chatter": 1})
+
+
+def test_forme_changes_end_when_the_pokemon_leaves():
+    """A ``|-formechange|`` (Schooling, Stance Change) lasts while the Pokémon is active: benched, it is its base
+    forme again, as the owner's request shows it."""
+    log = battle(7, "Snorlax", "Wishiwashi", ["|switch|p2a: Wishiwashi|Wishiwashi, L80|100/100"],
+                 leads=("|-formechange|p2a: Wishiwashi|Wishiwashi-School||[from] ability: Schooling",))
+    tracker = BattleTracker(DEXES[7], "gen7ou")
+    for line in log[:log.index("|turn|1") + 1]:
+        tracker.apply(line)
+    assert tracker.sides["p2"].active.species == "Wishiwashi-School"
+    tracker.sides["p2"].active.switch_out()
+    assert tracker.sides["p2"].mons["Wishiwashi"].species == "Wishiwashi"
 
 
 # ---------------------------------------------------------------------------- the simulator's own battles

@@ -93,6 +93,9 @@ class Decision:
         switches = [own(i, False) for i in switch_slots][:NUM_SWITCHES]
         opponent_active = tracker.mon_state(foe.active) if foe.active is not None else None
         can_tera = bool(active_req and active_req.get("canTerastallize"))
+        # a Dynamaxed Pokémon's request lists its Max moves and cannot Dynamax (pokemon-showdown 0.11.11
+        # ``getMoveRequestData``); canZMove lists, per move, the Z-move its crystal makes of it
+        self.dynamaxed = bool(active_req and active_req.get("maxMoves") and not active_req.get("canDynamax"))
         state = {
             "player_active": player_active, "opponent_active": opponent_active,
             "available_switches": switches,
@@ -101,6 +104,8 @@ class Decision:
             "opponents_remaining": foe.team_size - foe.fainted,
             "player_conditions": tracker.conditions(side), "opponent_conditions": tracker.conditions(foe),
             **tracker.field_state(), "forced_switch": forced, "can_tera": can_tera,
+            "can_zmove": bool(active_req and any(active_req.get("canZMove") or ())),
+            "can_dynamax": bool(active_req and active_req.get("canDynamax")),
             "opponent_teampreview": list(foe.teampreview),
         }
         mask = [False] * NUM_ACTIONS
@@ -126,6 +131,13 @@ class Decision:
         needs to turn an action id back into a simulator choice."""
         _, move_ids, switch_slots, _ = self._facts
         return move_ids, switch_slots
+
+    def powers(self) -> tuple[bool, bool]:
+        """(``zmove``, ``dynamax``) of the recorded choice (call after ``render_state_and_mask``)."""
+        words = (self.choice or "").split()
+        if words[:1] != ["move"]:
+            return False, False
+        return "zmove" in words[2:], "dynamax" in words[2:] or self.dynamaxed
 
     def action(self) -> int:
         """The action id of the recorded choice (call after ``render_state_and_mask``)."""
@@ -190,6 +202,7 @@ def pov_trajectory(record: dict, side_id: str, dex: Dex) -> list[dict]:
     if unanswered:
         raise InvalidRecordError(f"{side_id}: the last decision request has no recorded choice")
     try:
+        powers = [decision.powers() for _, _, decision in steps]
         steps = [(state, decision.action(), mask) for state, mask, decision in steps]
     except (ValueError, IndexError) as err:
         raise InvalidRecordError(f"{side_id}: malformed recorded choice: {err}") from err
@@ -204,13 +217,15 @@ def pov_trajectory(record: dict, side_id: str, dex: Dex) -> list[dict]:
             "opponent_active": tracker.mon_state(foe.active) if foe.active else None,
             "opponents_remaining": foe.team_size - foe.fainted,
             "player_prev_move": tracker.prev_move_state(me), "opponent_prev_move": tracker.prev_move_state(foe),
-            "forced_switch": False, "can_tera": False, **tracker.field_state(),
+            "forced_switch": False, "can_tera": False, "can_zmove": False, "can_dynamax": False,
+            **tracker.field_state(),
         })
         if final_state["player_active"] is not None and me.active is not None:
             final_state["player_active"] = {**final_state["player_active"], "hp_pct": me.active.hp_pct,
                                             "status": me.active.status}
         steps.append((final_state, -1, [False] * NUM_ACTIONS))
         turns.append(tracker.turn)
+        powers.append((False, False))
     winner = record.get("winner")
     result = "tie" if winner is None else ("win" if winner == side_id else "loss")
     players = record.get("players", {})
@@ -219,4 +234,4 @@ def pov_trajectory(record: dict, side_id: str, dex: Dex) -> list[dict]:
         player_name=players.get(side_id, {}).get("name"), opponent_name=players.get(foe_id, {}).get("name"),
         result=result, rating=None,
     )
-    return build_rows(meta, steps, mask_exact=True, battle_turns=turns)
+    return build_rows(meta, steps, mask_exact=True, battle_turns=turns, powers=powers)

@@ -27,9 +27,18 @@ Decision points and the action at each:
 - a Z-move or Max move is chosen through one of the Pokémon's moves, and is never a move slot itself: a status
   Z-move (``Z-Dragon Dance``) and a signature Z-move (Catastropika: Volt Tackle) name their base, whose slot is the
   action; a type's Z-move or a Max move is its base's slot when all four of the Pokémon's moves are known and one
-  alone can become it (``_power_move_base``), else -1. (The row does not say that the move was Z-powered or
-  Dynamaxed.)
+  alone can become it (``_power_move_base``), else -1. The row's ``zmove`` flag is set when a ``|-zpower|`` of the
+  side came before the move in its turn, ``dynamax`` when the mover was Dynamaxed (its ``|-start|...|Dynamax``
+  comes before the move of the turn it Dynamaxes in).
+- ``can_zmove`` is true while the side has used no Z-move and its active is one the log shows using one (the
+  crystal is never named); ``can_dynamax`` while a gen 8 side (not BDSP) has not Dynamaxed.
 The legal mask is derived from the state (``legal_mask_exact`` false).
+
+Illusion: a ``|replace|`` shows that the active since its side's last switch-in was Zoroark (or Zoroark-Hisui) in
+disguise. Its owner knew that all along, so the log is read as its owner saw it (``unmasked``: the switch-in and
+every line of that stint name the real Pokémon, and the switch is the owner's choice of it), while the opponent's
+view shows the disguise until the ``|replace|``, with what the disguise seemed to do (HP, status, moves used), as
+the opponent saw it. An Illusion never broken stays a switch to the Pokémon it showed: the log never says otherwise.
 
 Older logs write ``[from]X`` / ``[of]X`` without the space, and a bare effect name (``[from]Magic Bounce``): such
 lines are rewritten in 0.11.11's form first (``respaced``).
@@ -65,8 +74,9 @@ _HINDSIGHT_LINES = re.compile(
 _FORME_ITEM_LINES = re.compile(r"^\|-(?:mega|burst|primal)\|.*$", re.MULTILINE)
 _FORME_ITEM = re.compile(r"-(?:mega|burst|primal)\|")  # 5 us a bench battle; three `in` tests took 22 us
 # the kinds the walk reads besides the tracker; every other line goes to the tracker only
-_WALK_KINDS = frozenset(("turn", "switch", "drag", "move", "cant", "-transform", "-start", "-activate",
-                         "-terastallize"))
+_WALK_KINDS = frozenset(("turn", "switch", "drag", "replace", "move", "cant", "-transform", "-start", "-activate",
+                         "-terastallize", "-zpower"))
+_Z_POWER_LINES = re.compile(r"^\|-zpower\|(p[12])a?: ([^|\n]*)", re.MULTILINE)
 # ``[from]X`` and ``[of]X`` without the space: older pokemon-showdown wrote ``'|[from]' + effect`` on move lines, with
 # the effect's bare name (a real gen 6 replay: ``|move|p1a: Espeon|Stealth Rock|p2a: Metacute|[from]Magic Bounce``).
 # One search of the joined log finds them; only such logs are rewritten, line by line.
@@ -90,6 +100,47 @@ def respaced(lines: list[str], dex: Dex) -> list[str]:
         return f"|[{key}] {value}"
 
     return [_UNSPACED_ARG.sub(spaced, line) if "[from]" in line or "[of]" in line else line for line in lines]
+
+
+@dataclass(frozen=True)
+class Disguise:
+    """An Illusion stint: the Pokémon the opponent saw (``nick``, ``species``, ``level`` of the switch-in line)."""
+
+    nick: str
+    species: str
+    level: int
+
+
+def unmasked(lines: list[str]) -> tuple[list[str], dict[int, Disguise]]:
+    """The lines as the owner of each Illusion saw them, and the disguise of each unmasked switch-in by line index.
+
+    A ``|replace|`` names the real Pokémon and its details; every line from its side's last ``|switch|`` or
+    ``|drag|`` up to it that names the disguise's position and nickname (``p2a: Chatot``, ``[of] p2a: Chatot``)
+    names the real one instead, and the switch-in line carries the real details (the HP shown was the real one's)."""
+    out = list(lines)
+    disguises: dict[int, Disguise] = {}
+    entered: dict[str, int] = {}  # position (``p2a``) → index of its last switch-in line
+    for i, line in enumerate(lines):
+        if line.startswith(("|switch|", "|drag|")):
+            entered[line.split("|", 3)[2].split(":", 1)[0]] = i
+        elif line.startswith("|replace|"):
+            parts = line.split("|")
+            if len(parts) < 4:
+                continue
+            start = entered.get(parts[2].split(":", 1)[0])
+            entry = lines[start].split("|") if start is not None else []
+            if len(entry) < 4 or entry[2] == parts[2]:
+                continue
+            shown = re.compile(re.escape(entry[2]) + r"(?=\||$)")
+            for j in range(start, i):
+                out[j] = shown.sub(parts[2], out[j])
+            entry = out[start].split("|")
+            entry[3] = parts[3]
+            out[start] = "|".join(entry)
+            shown_entry = lines[start].split("|")
+            species, level, _ = _details(shown_entry[3])
+            disguises[start] = Disguise(_ident(shown_entry[2])[1], species, level)
+    return out, disguises
 
 
 def cant_actor_and_move(parts: list[str]) -> tuple[str, str | None]:
@@ -224,9 +275,22 @@ class SpectatorParser:
         if _UNSPACED.search(log) is not None:
             lines = respaced(lines, dex)
             log = "\n".join(lines)
+        self.disguises: dict[int, Disguise] = {}  # line index → the disguise an unmasked switch-in showed
+        if "|replace|" in log:
+            lines, self.disguises = unmasked(lines)
+            log = "\n".join(lines)
         self.lines = lines
+        # side → (disguise, the real Pokémon's moves when it switched in) while an Illusion is unbroken
+        self.disguised: dict[str, tuple[Disguise, dict[str, int]]] = {}
         self.known, self.order = hindsight(log, dex)
         self.tera_allowed = dex.gen >= 9
+        self.dynamax_allowed = dex.gen == 8 and "bdsp" not in format_id
+        # Pokémon the log shows using a Z-move: each holds a Z-crystal from the start
+        self.z_users = {m.groups() for m in _Z_POWER_LINES.finditer(log)} if "|-zpower|" in log else set()
+        self.z_next = {"p1": False, "p2": False}  # a |-zpower| of the side this turn, before its move
+        self.used_z = {"p1": False, "p2": False}
+        self.used_dynamax = {"p1": False, "p2": False}
+        self.powers: dict[str, list[tuple[bool, bool]]] = {"p1": [], "p2": []}  # (zmove, dynamax) of each step
         self.steps: dict[str, list[tuple[dict, int, list[bool]]]] = {"p1": [], "p2": []}
         self.turns: dict[str, list[int]] = {"p1": [], "p2": []}
         self.pending: dict[str, int | None] = {"p1": None, "p2": None}  # step index awaiting its turn action
@@ -259,7 +323,7 @@ class SpectatorParser:
         # battles found their render in the memo below, through a key of all the Pokémon's state.
         last = self._own_last[side_id].get(nick)
         if (last is not None and last[0] is mon and last[2] == move_ids
-                and (mon is None or (last[1] == mon.revision and not mon.aliased))):
+                and (mon is None or last[1] == mon.revision)):
             return last[3]
         tracker = self.tracker
         k = self.known[side_id][nick]
@@ -291,12 +355,33 @@ class SpectatorParser:
         mon = foe.active
         if mon is None:
             return None
+        if foe.side_id in self.disguised:
+            return self.tracker.mon_state(self._disguise(foe, *self.disguised[foe.side_id]))
         last = self._foe_last.get(foe.side_id)
-        if last is not None and last[0] is mon and last[1] == mon.revision and not mon.aliased:
+        if last is not None and last[0] is mon and last[1] == mon.revision:
             return last[2]
         out = self.tracker.mon_state(mon)
         self._foe_last[foe.side_id] = (mon, mon.revision, out)
         return out
+
+    def _disguise(self, foe: Side, disguise: Disguise, moves_before: dict[str, int]) -> Mon:
+        """The foe's active as the opponent sees it under an Illusion: the Pokémon it shows, as known before, with
+        the real one's HP, status, boosts and effects, and the moves the real one used since it switched in."""
+        real, tracker = foe.active, self.tracker
+        view = Mon(disguise.nick, disguise.species, disguise.level, tracker.gen)
+        seen = foe.mons.get(disguise.nick)
+        if seen is not None:
+            view.item, view.ability, view.moves = seen.item, seen.ability, dict(seen.moves)
+            view.tera_type = seen.tera_type
+        view.hp_pct, view.status, view.boosts, view.effects = real.hp_pct, real.status, real.boosts, real.effects
+        if real.terastallized:
+            view.terastallized, view.tera_type, view.types = True, real.tera_type, real.types
+        for move, used in real.moves.items():
+            gained = used - moves_before.get(move, 0)
+            if move not in moves_before or gained > 0:
+                view.moves[move] = view.moves.get(move, 0) + gained
+        view.active = True
+        return view
 
     def _move_ids(self, side_id: str, nick: str, mon: Mon | None) -> tuple[str, ...]:
         """The move slots its player sees for a Pokémon: its own moves as the whole log reveals them or, while it
@@ -333,11 +418,11 @@ class SpectatorParser:
         # Lists equal to the previous decision's are that list, shared (never mutated): fewer objects for the
         # cyclic collector to walk, and Arrow and the observation convert a shared object once.
         mons = [side.mons.get(nick) for nick in bench]
-        revisions = [(-1 if mon.aliased else mon.revision) if mon is not None else 0 for mon in mons]
+        revisions = [mon.revision if mon is not None else 0 for mon in mons]
         last_mons, last_revisions, switches = self._switches[side_id]
         # A benched Pokémon's render changes only with its revision (switching out raises it and clears what its
         # move slots depend on: transform, Mimic): unchanged Pokémon at unchanged revisions are the last list.
-        if mons != last_mons or revisions != last_revisions or -1 in revisions:
+        if mons != last_mons or revisions != last_revisions:
             fresh = [self._own(side, nick, mon) for nick, mon in zip(bench, mons, strict=True)]
             if fresh != switches:
                 switches = fresh
@@ -355,6 +440,9 @@ class SpectatorParser:
             "player_conditions": tracker.conditions(side), "opponent_conditions": tracker.conditions(foe),
             "weather": tracker.weather, "battle_field": tracker.battle_field(), "forced_switch": forced,
             "can_tera": self.tera_allowed and not forced and not self.used_tera[side_id],
+            "can_zmove": (not forced and not self.used_z[side_id] and side.active is not None
+                          and (side_id, side.active.name) in self.z_users),
+            "can_dynamax": self.dynamax_allowed and not forced and not self.used_dynamax[side_id],
             "opponent_teampreview": teampreview,
         }
         return state, bench
@@ -362,6 +450,7 @@ class SpectatorParser:
     def _decide(self, side_id: str, forced: bool) -> int:
         state, bench = self._render(side_id, forced)
         self.steps[side_id].append((state, -1, derived_mask(state)))
+        self.powers[side_id].append((False, False))
         self.turns[side_id].append(self.tracker.turn)
         self._benches[side_id].append(bench)
         return len(self.steps[side_id]) - 1
@@ -415,7 +504,8 @@ class SpectatorParser:
     def run(self) -> None:
         tracker = self.tracker
         started = False
-        for line in self.lines:
+        disguises = self.disguises
+        for at, line in enumerate(self.lines):
             if not line.startswith("|"):
                 continue
             parts = line.split("|")
@@ -423,6 +513,8 @@ class SpectatorParser:
             if kind not in _WALK_KINDS:
                 tracker.apply_parts(parts, line)
                 continue
+            if kind == "replace" and len(parts) > 2:
+                self.disguised.pop(parts[2][:2], None)
             if kind == "turn":
                 started = True  # switch-ins before turn 1 are leads, not decisions
                 self._close_turn()
@@ -446,6 +538,9 @@ class SpectatorParser:
                 if self.pending.get(side_id) is not None and not called and (
                         not self.asleep[side_id] or move in _SLEEP_USABLE):
                     self._set_action(side_id, self.pending[side_id], self._move_action(side_id, move))
+                    mover = tracker.sides[side_id].active
+                    self.powers[side_id][self.pending[side_id]] = (
+                        self.z_next[side_id], mover is not None and "dynamax" in mover.effects)
                 self.pending[side_id] = None if not called else self.pending[side_id]
                 self.asleep[side_id] = False
                 if move != "pursuit":
@@ -464,9 +559,18 @@ class SpectatorParser:
             elif kind == "-terastallize" and len(parts) > 2:
                 self.tera_next[parts[2][:2]] = True
                 self.used_tera[parts[2][:2]] = True
+            elif kind == "-zpower" and len(parts) > 2:
+                self.z_next[parts[2][:2]] = self.used_z[parts[2][:2]] = True
+            elif kind == "-start" and len(parts) > 3 and to_id(parts[3]) == "dynamax":
+                self.used_dynamax[parts[2][:2]] = True
             tracker.apply_parts(parts, line)
             if kind == "move" and len(parts) > 2:
-                self.tera_next[parts[2][:2]] = False
+                self.tera_next[parts[2][:2]] = self.z_next[parts[2][:2]] = False
+            elif kind in ("switch", "drag") and disguises and len(parts) > 2:
+                if at in disguises:
+                    self.disguised[parts[2][:2]] = (disguises[at], dict(tracker.sides[parts[2][:2]].active.moves))
+                else:
+                    self.disguised.pop(parts[2][:2], None)
         self._close_turn()
         if not tracker.ended:
             raise TruncatedBattleError("the log ends before the battle does (no |win| or |tie|)")
@@ -488,6 +592,7 @@ class SpectatorParser:
         self.pending = {"p1": None, "p2": None}
         self.asleep = {"p1": False, "p2": False}
         self.tera_next = {"p1": False, "p2": False}  # a tera followed by |cant| never reached a move
+        self.z_next = {"p1": False, "p2": False}
 
     def _on_switch(self, parts: list[str]) -> None:
         side_id, nick = _ident(parts[2])
@@ -523,8 +628,9 @@ def spectator_trajectories(lines: list[str], dex: Dex, *, format_id: str, battle
         if not steps:
             continue
         final_state, _ = parser._render(side_id, forced=False)
-        final_state["can_tera"] = False
+        final_state.update(can_tera=False, can_zmove=False, can_dynamax=False)
         steps = steps + [(final_state, -1, [False] * len(steps[0][2]))]
+        powers = parser.powers[side_id] + [(False, False)]
         turns = turns + [tracker.turn]
         winner = tracker.winner
         if winner == "":
@@ -538,5 +644,5 @@ def spectator_trajectories(lines: list[str], dex: Dex, *, format_id: str, battle
         meta = TrajectoryMeta(battle_id=battle_id, format=format_id, player_side=side_id,
                               player_name=names.get(side_id), opponent_name=names.get(foe_id), result=result,
                               rating=rating)
-        rows += build_rows(meta, steps, mask_exact=False, battle_turns=turns)
+        rows += build_rows(meta, steps, mask_exact=False, battle_turns=turns, powers=powers)
     return rows

@@ -66,18 +66,20 @@ class Mon:
 
     ``revision`` goes up whenever a tracker handler may have changed it (every ``BattleTracker._mon`` lookup, and
     the handlers that reach Pokémon otherwise), so a renderer can reuse what it rendered at the same revision;
-    ``aliased`` is set once it shares its boosts and effects with another Pokémon (``|replace|``), whose changes
-    then change it too without a revision: never reuse by revision then. Code outside the tracker that changes a
-    Mon (``pov.py``'s request) does not count revisions, and its renders do not read them.
+    Code outside the tracker that changes a Mon (``pov.py``'s request) does not count revisions, and its renders
+    do not read them.
+
+    ``form`` is the species its switch-in or last permanent change (``|detailschange|``) showed: a ``|-formechange|``
+    (Aegislash-Blade, Wishiwashi-School, Minior-Meteor) lasts until it leaves the field, as in pokemon-showdown
+    0.11.11, whose ``clearVolatile`` restores the base species on switch-out.
     """
 
-    __slots__ = ("name", "species", "level", "hp_pct", "status", "types", "item", "ability", "moves",
-                 "own_moves", "boosts", "effects", "tera_type", "terastallized", "active", "exact_pp", "revision",
-                 "aliased")
+    __slots__ = ("name", "species", "form", "level", "hp_pct", "status", "types", "item", "ability", "moves",
+                 "own_moves", "boosts", "effects", "tera_type", "terastallized", "active", "exact_pp", "revision")
 
     def __init__(self, name: str, species: str, level: int, gen: int):
         self.name = name
-        self.species = species
+        self.species = self.form = species
         self.level = level
         self.hp_pct = 1.0
         self.status = "nostatus"
@@ -93,7 +95,6 @@ class Mon:
         self.terastallized = False
         self.active = False
         self.revision = 0
-        self.aliased = False
 
     def set_condition(self, condition: str) -> None:
         """Apply ``hp/max status`` or ``0 fnt``."""
@@ -117,11 +118,12 @@ class Mon:
         if not keep_boosts:
             self.boosts.clear()
         self.types = None if not self.terastallized else self.types
+        self.species = self.form
 
 
 class Side:
     __slots__ = ("side_id", "player_name", "mons", "active", "conditions", "team_size", "prev_move",
-                 "teampreview", "fainted")
+                 "teampreview", "fainted", "entered")
 
     def __init__(self, side_id: str):
         self.side_id = side_id
@@ -133,6 +135,9 @@ class Side:
         self.prev_move: str | None = None
         self.teampreview: list[str] = []
         self.fainted = 0
+        # the active as it was when it switched in (hp, status, moves, item, ability): an Illusion broken later
+        # (``|replace|``) gives back to the Pokémon it disguised as what the disguise seemed to do
+        self.entered: tuple | None = None
 
 
 class BattleTracker:
@@ -270,7 +275,8 @@ class BattleTracker:
         side = self._side_of(parts[2])
         mon = self._mon(parts[2], parts[3])
         species, level, tera = _details(parts[3])
-        mon.species, mon.level = species, level
+        mon.species = mon.form = species
+        mon.level = level
         if tera:
             mon.tera_type, mon.terastallized = tera, True
         previous = side.active
@@ -280,27 +286,44 @@ class BattleTracker:
             previous.switch_out()
             previous.revision += 1
             mon.boosts = carried
+        side.entered = (mon, mon.hp_pct, mon.status, dict(mon.moves), mon.item, mon.ability)
         side.active = mon
         mon.active = True
         if len(parts) > 4:
             mon.set_condition(parts[4])
 
-    def _replace(self, parts):  # Illusion broken: the active was someone else all along
+    def _replace(self, parts):
+        """Illusion broken: the active was ``parts[2]`` since it switched in. What the disguise seemed to do
+        since then (HP, status, moves used, boosts, effects) is the real Pokémon's; the Pokémon it disguised as
+        is as it was before."""
         side = self._side_of(parts[2])
         old = side.active
         mon = self._mon(parts[2], parts[3])
+        species, level, _ = _details(parts[3])
+        mon.species = mon.form = species
+        mon.level = level
         if old is not None and old is not mon:
             mon.hp_pct, mon.status, mon.boosts, mon.effects = old.hp_pct, old.status, old.boosts, old.effects
+            old.boosts, old.effects = {}, set()
+            if side.entered is not None and side.entered[0] is old:
+                _, old.hp_pct, old.status, moves_before, old.item, old.ability = side.entered
+                for move, used in old.moves.items():
+                    gained = used - moves_before.get(move, 0)
+                    if move not in moves_before or gained > 0:
+                        mon.moves[move] = mon.moves.get(move, 0) + gained
+                old.moves = moves_before
             old.active = False
+            old.species = old.form
             old.revision += 1
-            old.aliased = mon.aliased = True
         side.active = mon
         mon.active = True
+        side.entered = (mon, mon.hp_pct, mon.status, dict(mon.moves), mon.item, mon.ability)
 
     def _detailschange(self, parts):
         mon = self._mon(parts[2])
         species, level, tera = _details(parts[3])
-        mon.species, mon.level = species, level
+        mon.species = mon.form = species
+        mon.level = level
         if tera:
             mon.tera_type = tera
 

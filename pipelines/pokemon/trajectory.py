@@ -14,6 +14,7 @@ from shards_schema.declare import to_table
 from shards_schema.pokemon import NUM_ACTIONS, NUM_MOVES, NUM_SWITCHES, TURNS_SCHEMA
 
 _RESULT_REWARD = {"win": 1.0, "loss": -1.0, "tie": 0.0, "unknown": 0.0}
+_NO_POWER = (False, False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,16 +69,19 @@ def _mask(num_moves: int, num_switches: int, can_tera: bool) -> list[bool]:
 
 
 def build_rows(meta: TrajectoryMeta, steps: list[tuple[dict, int, list[bool]]], *, mask_exact: bool,
-               battle_turns: list[int | None]) -> list[dict]:
+               battle_turns: list[int | None], powers: list[tuple[bool, bool]] | None = None) -> list[dict]:
     """Rows for one trajectory, with the fields of ``ROW_SCHEMA`` (``turns_table`` adds the observations). The
-    last step is terminal (done) and carries the result's reward.
+    last step is terminal (done) and carries the result's reward. ``powers``: (``zmove``, ``dynamax``) of each
+    step's chosen move (None: neither, as in generations without them).
 
     Raises IllegalActionError when a visible action is not legal under its mask, NoActivePokemonError when the
     player has no active Pokémon at a decision (every step but the terminal one).
     """
     rows = []
     last = len(steps) - 1
-    for i, ((state, action, mask), battle_turn) in enumerate(zip(steps, battle_turns, strict=True)):
+    powers = powers or [_NO_POWER] * len(steps)
+    for i, ((state, action, mask), battle_turn, (zmove, dynamax)) in enumerate(
+            zip(steps, battle_turns, powers, strict=True)):
         if state["player_active"] is None and i != last:
             raise NoActivePokemonError(
                 f"{meta.trajectory_id} decision {i} (battle turn {battle_turn}): the player has no active Pokémon "
@@ -91,7 +95,8 @@ def build_rows(meta: TrajectoryMeta, steps: list[tuple[dict, int, list[bool]]], 
         rows.append({
             "trajectory_id": meta.trajectory_id, "battle_id": meta.battle_id, "format": meta.format,
             "player_side": meta.player_side, "player_name": meta.player_name, "opponent_name": meta.opponent_name,
-            "turn_index": i, "battle_turn": battle_turn, "state": state, "action": action, "legal_mask": mask,
+            "turn_index": i, "battle_turn": battle_turn, "state": state, "action": action, "zmove": zmove,
+            "dynamax": dynamax, "legal_mask": mask,
             "legal_mask_exact": mask_exact, "reward": _RESULT_REWARD[meta.result] if i == last else 0.0,
             "done": i == last, "result": meta.result, "rating": meta.rating,
         })

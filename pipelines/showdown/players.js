@@ -64,14 +64,27 @@ function legalChoices(request) {
 	if (!act) return [{ choice: 'pass', kind: 'pass', index: 0, tera: false }];
 	const moves = [];
 	const teras = [];
+	const gimmicks = [];
 	act.moves.forEach((move, i) => {
 		// Locked moves / Recharge / Struggle / gen-1 "Fight" come without pp or
 		// disabled fields and are always selectable.
 		if (move.disabled) return;
 		if (typeof move.pp === 'number' && move.pp <= 0 && act.moves.length > 1) return;
 		moves.push({ choice: `move ${i + 1}`, kind: 'move', index: i + 1, tera: false, id: move.id });
-		if (act.canTerastallize && !['struggle', 'recharge', 'fight'].includes(move.id)) {
+		if (['struggle', 'recharge', 'fight'].includes(move.id)) return;
+		if (act.canTerastallize) {
 			teras.push({ choice: `move ${i + 1} terastallize`, kind: 'move', index: i + 1, tera: true, id: move.id });
+		}
+		// Gens 6-8: the same move slot used with Mega Evolution / Ultra Burst, as a Z-move (only the moves the
+		// request pairs with the held crystal), or Dynamaxing (the slot becomes its Max move).
+		const variants = [];
+		if (act.canMegaEvo) variants.push('mega');
+		if (act.canUltraBurst) variants.push('ultra');
+		if (act.canZMove && act.canZMove[i]) variants.push('zmove');
+		if (act.canDynamax) variants.push('dynamax');
+		for (const gimmick of variants) {
+			gimmicks.push({ choice: `move ${i + 1} ${gimmick}`, kind: 'move', index: i + 1, tera: false, gimmick,
+				id: move.id });
 		}
 	});
 	if (!moves.length) {
@@ -86,7 +99,7 @@ function legalChoices(request) {
 			switches.push({ choice: `switch ${i + 1}`, kind: 'switch', index: i + 1, tera: false });
 		});
 	}
-	return moves.concat(teras, switches);
+	return moves.concat(teras, gimmicks, switches);
 }
 
 // ---------------------------------------------------------------------------
@@ -98,6 +111,7 @@ class RandomPlayer {
 	constructor(opts) {
 		this.prng = opts.prng;
 		this.teraChance = 0.1;
+		this.gimmickChance = 0.2; // Mega Evolution, a Z-move or Dynamax on a move, when the request offers one
 	}
 
 	observe(_lines) {}
@@ -113,11 +127,13 @@ class RandomPlayer {
 		}
 		// Uniform over moves + switches; terastallizing is a coin flip layered on
 		// top of a move choice rather than a separate option, so it stays rare.
-		const base = legal.filter(c => !c.tera);
+		const base = legal.filter(c => !c.tera && !c.gimmick);
 		const pick = this.prng.sample(base);
 		if (pick.kind === 'move') {
 			const tera = legal.find(c => c.tera && c.index === pick.index);
 			if (tera && this.prng.random() < this.teraChance) return tera.choice;
+			const variants = legal.filter(c => c.gimmick && c.index === pick.index);
+			if (variants.length && this.prng.random() < this.gimmickChance) return this.prng.sample(variants).choice;
 		}
 		return pick.choice;
 	}
@@ -548,7 +564,7 @@ class HeuristicPlayer {
 		const activeMon = side.pokemon.find(p => p.active) || side.pokemon[0];
 		const me = this.ownMon(activeMon, this.myBoosts);
 		const act = request.active[0];
-		const moveChoices = legal.filter(c => c.kind === 'move');
+		const moveChoices = legal.filter(c => c.kind === 'move' && !c.gimmick);
 		if (!foe || foe.hp <= 0) return this.argmax(moveChoices.filter(c => !c.tera), () => 0).choice;
 
 		const threat = this.foeThreat(foe, me);
@@ -573,7 +589,22 @@ class HeuristicPlayer {
 			// Switching costs a free hit, so only leave a clearly losing position.
 			if (best.value < 0.25 && altScore > stay + 0.35) return alt.choice;
 		}
-		return best.c.choice;
+		return this.withGimmick(best.c, legal, me, foe).choice;
+	}
+
+	/**
+	 * The chosen move with the generation's gimmick when the request offers it: Mega Evolution / Ultra Burst at
+	 * once (it only adds stats), a Z-move while the foe has more than half its HP (a Z-move is once a battle, and a
+	 * foe a plain hit already finishes would waste it), Dynamax while the active is healthy (three strong turns).
+	 */
+	withGimmick(choice, legal, me, foe) {
+		if (choice.tera) return choice;
+		const variant = g => legal.find(c => c.gimmick === g && c.index === choice.index);
+		const evolve = variant('mega') || variant('ultra');
+		if (evolve) return evolve;
+		if (variant('zmove') && foe.hp > 0.5) return variant('zmove');
+		if (variant('dynamax') && me.hp >= 0.7) return variant('dynamax');
+		return choice;
 	}
 
 	/** Highest-scoring item; exact ties broken with the player's PRNG. */

@@ -220,6 +220,7 @@ def universal_state(raw: dict) -> dict:
         "weather": raw.get("weather", "noweather"),
         "battle_field": _words(raw.get("battle_field", ""), "nofield"),
         "forced_switch": bool(raw["forced_switch"]), "can_tera": bool(raw.get("can_tera", False)),
+        "can_zmove": False, "can_dynamax": False,  # Metamon's UniversalState has neither (its data is gens 1-4, 9)
         "opponent_teampreview": list(raw.get("opponent_teampreview") or []),
     }
 
