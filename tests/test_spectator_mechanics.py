@@ -291,6 +291,28 @@ def test_a_max_move_is_its_base_slot_when_one_known_move_alone_makes_it(moves, m
 
 
 @needs_simulator
+def test_rows_flag_z_moves_and_max_moves():
+    """``zmove`` after the side's ``|-zpower|``, ``dynamax`` while the mover is Dynamaxed; ``can_zmove`` for a
+    Pokémon the log shows using a Z-move until its side has, ``can_dynamax`` until a gen 8 side has Dynamaxed."""
+    rows = rows_of(battle(7, "Snorlax", "Chansey",
+                          ["|-zpower|p1a: Snorlax", "|move|p1a: Snorlax|Breakneck Blitz|p2a: Chansey|[zeffect]",
+                           "|-damage|p2a: Chansey|50/100"],
+                          ["|move|p1a: Snorlax|Body Slam|p2a: Chansey", "|-damage|p2a: Chansey|20/100"]), 7)
+    flags = [(rows[("p1", t)]["zmove"], rows[("p1", t)]["state"]["can_zmove"]) for t in (1, 2)]
+    assert flags == [(True, True), (False, False)] and not rows[("p2", 1)]["state"]["can_zmove"]
+    assert not any(rows[("p1", t)]["dynamax"] or rows[("p1", t)]["state"]["can_dynamax"] for t in (1, 2))
+    rows = rows_of(battle(8, "Charizard", "Chansey",
+                          ["|-start|p1a: Charizard|Dynamax", "|move|p1a: Charizard|Max Airstream|p2a: Chansey",
+                           "|-damage|p2a: Chansey|70/100"],
+                          ["|move|p1a: Charizard|Max Airstream|p2a: Chansey", "|-damage|p2a: Chansey|40/100"],
+                          ["|move|p1a: Charizard|Max Airstream|p2a: Chansey", "|-damage|p2a: Chansey|10/100",
+                           "|-end|p1a: Charizard|Dynamax"],
+                          ["|move|p1a: Charizard|Air Slash|p2a: Chansey", "|-damage|p2a: Chansey|0 fnt"]), 8)
+    assert [(rows[("p1", t)]["dynamax"], rows[("p1", t)]["state"]["can_dynamax"]) for t in (1, 2, 3, 4)] == [
+        (True, True), (True, False), (True, False), (False, False)]
+    assert rows[("p2", 2)]["state"]["can_dynamax"] and not rows[("p1", 1)]["zmove"]
+
+
 def test_z_and_max_move_tables_are_the_simulators():
     script = """
 const {Dex} = require('pokemon-showdown');
@@ -379,11 +401,16 @@ def test_no_simulator_battle_of_gens_5_to_8_is_quarantined(fmt):
     log, with the same decision points."""
     from pipelines.sources import generated
 
-    count = 0
+    count = powers = 0
     for battle_id, payload in generated.generate(generated.chunks([fmt], 12, 5, "heuristic", "random", 12)[0]):
         truth, _ = generated.parse(battle_id, payload, DEXES, None)
         recon = spectator_trajectories(json.loads(payload)["spectator_log"], DEXES[int(fmt[3])], format_id=fmt,
                                        battle_id=battle_id)
         assert [r["state"]["forced_switch"] for r in truth] == [r["state"]["forced_switch"] for r in recon]
+        truth_powers = [(r["zmove"], r["dynamax"]) for r in truth]
+        assert truth_powers == [(r["zmove"], r["dynamax"]) for r in recon], battle_id
+        powers += sum(map(any, truth_powers))
         count += 1
     assert count == 12
+    # the generator's players use the generation's gimmick (gen 7: Z-moves, gen 8: Dynamax)
+    assert (powers > 0) == (fmt in ("gen7randombattle", "gen8randombattle"))

@@ -122,6 +122,10 @@ class Agreement:
                 fields["action.visible_identical"] = recon_action == truth_action
             if truth_action is not None:
                 fields["action.coverage"] = recon_action is not None
+            if t["zmove"] or r["zmove"]:
+                fields["action.zmove"] = t["zmove"] == r["zmove"]
+            if t["dynamax"] or r["dynamax"]:
+                fields["action.dynamax"] = t["dynamax"] == r["dynamax"]
             ts, rs = t["state"], r["state"]
             _mon_fields("player_active", ts["player_active"], rs["player_active"], fields)
             _mon_fields("opponent_active", ts["opponent_active"], rs["opponent_active"], fields)

@@ -29,7 +29,8 @@ Decision points and the action at each:
   action; a type's Z-move or a Max move is its base's slot when all four of the Pokémon's moves are known and one
   alone can become it (``_power_move_base``), else -1. The row's ``zmove`` flag is set when a ``|-zpower|`` of the
   side came before the move in its turn, ``dynamax`` when the mover was Dynamaxed (its ``|-start|...|Dynamax``
-  comes before the move of the turn it Dynamaxes in).
+  comes before the move of the turn it Dynamaxes in) or, with no move shown, when a Dynamaxed Pokémon did not
+  switch out (its choice can only have been a Max move).
 - ``can_zmove`` is true while the side has used no Z-move and its active is one the log shows using one (the
   crystal is never named); ``can_dynamax`` while a gen 8 side (not BDSP) has not Dynamaxed.
 The legal mask is derived from the state (``legal_mask_exact`` false).
@@ -450,7 +451,9 @@ class SpectatorParser:
     def _decide(self, side_id: str, forced: bool) -> int:
         state, bench = self._render(side_id, forced)
         self.steps[side_id].append((state, -1, derived_mask(state)))
-        self.powers[side_id].append((False, False))
+        # a Dynamaxed Pokémon that does not switch out chose a Max move, whether or not the log shows it moving
+        active = self.tracker.sides[side_id].active
+        self.powers[side_id].append((False, not forced and active is not None and "dynamax" in active.effects))
         self.turns[side_id].append(self.tracker.turn)
         self._benches[side_id].append(bench)
         return len(self.steps[side_id]) - 1
@@ -563,6 +566,8 @@ class SpectatorParser:
                 self.z_next[parts[2][:2]] = self.used_z[parts[2][:2]] = True
             elif kind == "-start" and len(parts) > 3 and to_id(parts[3]) == "dynamax":
                 self.used_dynamax[parts[2][:2]] = True
+                if self.pending.get(parts[2][:2]) is not None:  # chose to Dynamax, whether it then moves or not
+                    self.powers[parts[2][:2]][self.pending[parts[2][:2]]] = (False, True)
             tracker.apply_parts(parts, line)
             if kind == "move" and len(parts) > 2:
                 self.tera_next[parts[2][:2]] = self.z_next[parts[2][:2]] = False
@@ -604,6 +609,7 @@ class SpectatorParser:
         if index is not None and not active_fainted and not marked and not self.moved_this_turn and not asleep:
             bench = self._benches[side_id][index]
             self._set_action(side_id, index, 4 + bench.index(nick) if nick in bench else -1)
+            self.powers[side_id][index] = (False, False)
             self.pending[side_id] = None
             return
         if self.pending[side_id] is not None:
