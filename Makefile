@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.replayforge-installed
 OUT ?= out
 
-.PHONY: setup setup-gpu demo test lint clean-out notebook
+.PHONY: setup setup-gpu demo test test-fast lint clean-out notebook
 
 setup: $(STAMP) node_modules/pokemon-showdown/package.json
 
@@ -49,6 +49,12 @@ $(VENV)/.notebook-installed: $(STAMP)
 test: setup
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q tests
+
+# The loop while editing: the pure tests, without the four tiers tests/conftest.py marks (no Ray, no simulator, no
+# Ray nodes of their own, none over ~20 s). `make test` (CI) runs everything.
+FAST_TESTS := not ray and not simulator and not cluster and not slow
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "$(FAST_TESTS)" tests
 
 lint: setup
 	$(PY) -m ruff check .

@@ -54,6 +54,31 @@ def simulator_missing() -> str | None:
 needs_simulator = pytest.mark.skipif(simulator_missing() is not None, reason=str(simulator_missing()))
 """Skips a test (or, as ``pytestmark``, a module) that runs the simulator or a Showdown server where it cannot."""
 
+# The tiers (pyproject.toml registers the markers; README, "Test tiers"): each test is marked by the fixtures it uses,
+# so a new test that takes one is in its tier without a decorator. ``item.fixturenames`` holds every fixture a test
+# needs, also through other fixtures (``tiny_generated`` -> ``ray_local``).
+RAY_FIXTURES = {"ray_local", "ray_head", "cluster"}
+"""Start or use a Ray: the session's local one, test_job_submit's head, test_cluster_s3's two nodes."""
+CLUSTER_FIXTURES = {"ray_head", "cluster"}
+"""Start Ray nodes of their own (`ray start`, tests/ray_nodes.py) beside the session's."""
+SIMULATOR_FIXTURES = {"tiny_generated", "gen2_battles"}
+"""Run the Pokémon Showdown simulator (Node.js), as do the tests and modules marked ``needs_simulator``."""
+STARTS_RAY_ITSELF = ("test_security_ray.py::test_local_job_listens_on_loopback_and_refuses_calls_without_the_token",)
+"""Tests that start a Ray in a process of their own, which no fixture tells (a decorator where the file allows)."""
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        fixtures = set(item.fixturenames)
+        if fixtures & RAY_FIXTURES or item.nodeid.split("/")[-1].startswith(STARTS_RAY_ITSELF):
+            item.add_marker(pytest.mark.ray)
+        if fixtures & CLUSTER_FIXTURES:
+            item.add_marker(pytest.mark.cluster)
+            # with the nodes' start and end, the lightest (test_cluster_s3's probe) took 22 s on 2 cores
+            item.add_marker(pytest.mark.slow)
+        if fixtures & SIMULATOR_FIXTURES or any(m is needs_simulator.mark for m in item.iter_markers("skipif")):
+            item.add_marker(pytest.mark.simulator)
+
 
 @pytest.fixture(scope="session")
 def ray_local():

@@ -305,6 +305,9 @@ def _run(args: list[str], timeout_s: int) -> tuple[list[str], list[str]]:
     return proc.stdout.splitlines(), proc.stderr.splitlines()
 
 
+@pytest.mark.ray  # each command starts a local Ray of its own, as a user's does
+@pytest.mark.simulator
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_demo_job_and_a_tiny_training_run_print_progress_next_steps_and_no_alarm(tmp_path):
     if reason := simulator_missing():

@@ -88,6 +88,7 @@ def test_trial_resources_leave_room_for_the_trial_itself():
     assert resources["use_gpu"] and concurrent == 4 and resources["cpus_per_runner"] == 1.0  # one thread each
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_tiny_sweep_writes_its_table_and_figure(synthetic_frames, tmp_path):
     from tune.ppo_sweep import run
