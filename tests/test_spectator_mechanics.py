@@ -380,6 +380,23 @@ def test_a_broken_illusion_gives_the_disguise_back_what_it_had():
     assert (chatot.hp_pct, dict(chatot.moves)) == (0.6, {"chatter": 1})
 
 
+def test_a_switch_an_unbroken_illusion_may_have_faked_is_not_guessed():
+    """Bob's side has a Zoroark (the log unmasks it on turn 3): his turn-1 switch-in took no hit before leaving,
+    so it may have been Zoroark in disguise and its action is -1; a switch-in hit without an Illusion breaking is
+    the Pokémon shown; the unmasked one is Zoroark."""
+    lines = ["|player|p1|Alice|", "|player|p2|Bob|", "|gen|9", "|teamsize|p1|1", "|teamsize|p2|3", "|start",
+             "|switch|p1a: Snorlax|Snorlax, L80|100/100", "|switch|p2a: Chatot|Chatot, L80|100/100",
+             "|turn|1", "|switch|p2a: Mewtwo|Mewtwo, L80|100/100", "|move|p1a: Snorlax|Curse|p1a: Snorlax",
+             "|-boost|p1a: Snorlax|atk|1", "|",
+             "|turn|2", "|switch|p2a: Chatot|Chatot, L80|100/100", "|move|p1a: Snorlax|Body Slam|p2a: Chatot",
+             "|-damage|p2a: Chatot|50/100", "|",
+             "|turn|3", "|switch|p2a: Mewtwo|Mewtwo, L80|100/100", "|move|p1a: Snorlax|Body Slam|p2a: Mewtwo",
+             "|-damage|p2a: Mewtwo|60/100", "|replace|p2a: Zoroark|Zoroark, L80, M", "|-end|p2a: Zoroark|Illusion",
+             "|", "|turn|4", "|win|Alice"]
+    rows = rows_of(lines, 9)
+    assert [choice(rows[("p2", t)]) for t in (1, 2, 3)] == [None, ("switch", "chatot"), ("switch", "zoroark")]
+
+
 def test_forme_changes_end_when_the_pokemon_leaves():
     """A ``|-formechange|`` (Schooling, Stance Change) lasts while the Pokémon is active: benched, it is its base
     forme again, as the owner's request shows it."""
@@ -391,6 +408,20 @@ def test_forme_changes_end_when_the_pokemon_leaves():
     assert tracker.sides["p2"].active.species == "Wishiwashi-School"
     tracker.sides["p2"].active.switch_out()
     assert tracker.sides["p2"].mons["Wishiwashi"].species == "Wishiwashi"
+
+
+def test_revival_blessing_is_a_decision_of_its_side():
+    """The player whose Pokémon used Revival Blessing chose which fainted one to revive (its request asks, as a
+    forced switch among the fainted): a decision with action -1, so both views keep the players' decision points."""
+    lines = ["|player|p1|Alice|", "|player|p2|Bob|", "|gen|9", "|teamsize|p1|1", "|teamsize|p2|2", "|start",
+             "|switch|p1a: Snorlax|Snorlax, L80|100/100", "|switch|p2a: Ho-Oh|Ho-Oh, L80|100/100",
+             "|turn|1", "|move|p1a: Snorlax|Body Slam|p2a: Ho-Oh", "|-damage|p2a: Ho-Oh|0 fnt", "|faint|p2a: Ho-Oh",
+             "|", "|upkeep", "|switch|p2a: Pawmot|Pawmot, L80|100/100",
+             "|turn|2", "|move|p2a: Pawmot|Revival Blessing|p2a: Pawmot", "|",
+             "|-heal|p2: Ho-Oh|50/100|[from] move: Revival Blessing", "|", "|upkeep", "|turn|3", "|win|Alice"]
+    rows = spectator_trajectories(lines, DEXES[9], format_id="gen9randombattle", battle_id="b")
+    p2 = [(r["battle_turn"], r["state"]["forced_switch"], r["action"]) for r in rows if r["player_side"] == "p2"]
+    assert p2 == [(1, False, -1), (1, True, 4), (2, False, 0), (2, True, -1), (3, False, -1), (3, False, -1)]
 
 
 # ---------------------------------------------------------------------------- the simulator's own battles

@@ -24,6 +24,8 @@ Decision points and the action at each:
   mover in ``[of]``, after the mover's own move line;
 - a ``|switch|`` after the side's active fainted, or mid-turn after it already acted (U-turn, Eject Button,
   Emergency Exit), is a forced-switch decision whose action is that switch; ``|drag|`` is not a decision;
+- Revival Blessing's ``|-heal|...|[from] move: Revival Blessing`` is a forced decision of its user's side (which
+  fainted Pokémon to revive: not one of the 13 actions, so -1), as the player's request makes it;
 - a Z-move or Max move is chosen through one of the Pokémon's moves, and is never a move slot itself: a status
   Z-move (``Z-Dragon Dance``) and a signature Z-move (Catastropika: Volt Tackle) name their base, whose slot is the
   action; a type's Z-move or a Max move is its base's slot when all four of the Pokémon's moves are known and one
@@ -39,7 +41,9 @@ Illusion: a ``|replace|`` shows that the active since its side's last switch-in 
 disguise. Its owner knew that all along, so the log is read as its owner saw it (``unmasked``: the switch-in and
 every line of that stint name the real Pokémon, and the switch is the owner's choice of it), while the opponent's
 view shows the disguise until the ``|replace|``, with what the disguise seemed to do (HP, status, moves used), as
-the opponent saw it. An Illusion never broken stays a switch to the Pokémon it showed: the log never says otherwise.
+the opponent saw it. An Illusion never broken cannot be seen: where the log shows its side has Zoroark or Zorua (not
+fainted) and a switch-in takes no direct hit before it leaves, that switch's action is -1 (``doubtful_switches``); the
+state still shows the Pokémon the log named.
 
 Older logs write ``[from]X`` / ``[of]X`` without the space, and a bare effect name (``[from]Magic Bounce``): such
 lines are rewritten in 0.11.11's form first (``respaced``).
@@ -76,7 +80,7 @@ _FORME_ITEM_LINES = re.compile(r"^\|-(?:mega|burst|primal)\|.*$", re.MULTILINE)
 _FORME_ITEM = re.compile(r"-(?:mega|burst|primal)\|")  # 5 us a bench battle; three `in` tests took 22 us
 # the kinds the walk reads besides the tracker; every other line goes to the tracker only
 _WALK_KINDS = frozenset(("turn", "switch", "drag", "replace", "move", "cant", "-transform", "-start", "-activate",
-                         "-terastallize", "-zpower"))
+                         "-terastallize", "-zpower", "-heal"))
 _Z_POWER_LINES = re.compile(r"^\|-zpower\|(p[12])a?: ([^|\n]*)", re.MULTILINE)
 # ``[from]X`` and ``[of]X`` without the space: older pokemon-showdown wrote ``'|[from]' + effect`` on move lines, with
 # the effect's bare name (a real gen 6 replay: ``|move|p1a: Espeon|Stealth Rock|p2a: Metacute|[from]Magic Bounce``).
@@ -142,6 +146,48 @@ def unmasked(lines: list[str]) -> tuple[list[str], dict[int, Disguise]]:
             species, level, _ = _details(shown_entry[3])
             disguises[start] = Disguise(_ident(shown_entry[2])[1], species, level)
     return out, disguises
+
+
+_ILLUSION_USERS = re.compile(r"\|(?:switch|drag|replace)\|(p[12])a?: ([^|\n]*)\|Zor(?:oark|ua)\b")
+
+
+def doubtful_switches(lines: list[str]) -> set[int]:
+    """Indices of the switch-ins that may be an Illusion the log never breaks, so that a spectator cannot tell
+    which Pokémon was chosen: a side known (anywhere in the log) to have Zoroark or Zorua, not fainted by then,
+    switches in another Pokémon that takes no direct hit before it leaves (a damaging hit breaks an Illusion:
+    pokemon-showdown 0.11.11's ``onDamagingHit``) and is not unmasked by a ``|replace|`` (``unmasked`` reads those).
+    """
+    log = "\n".join(lines)
+    users = {m.groups() for m in _ILLUSION_USERS.finditer(log)}
+    if not users:
+        return set()
+    doubtful: set[int] = set()
+    open_stint: dict[str, tuple[int, str]] = {}  # side → (index of its switch-in, nickname) under doubt
+    fainted: set[tuple[str, str]] = set()
+    active: dict[str, str] = {}  # side → nickname its last switch-in showed
+    for i, line in enumerate(lines):
+        if not line.startswith(("|switch|", "|drag|", "|-damage|", "|faint|", "|replace|")):
+            continue
+        parts = line.split("|")
+        if len(parts) < 3 or parts[2][:2] not in ("p1", "p2"):
+            continue
+        side, nick = _ident(parts[2])
+        kind = parts[1]
+        if kind in ("switch", "drag"):
+            open_stint.pop(side, None)
+            leaving, active[side] = active.get(side), nick
+            user_hidden = any(s == side and u not in (nick, leaving) and (s, u) not in fainted for s, u in users)
+            if user_hidden and (side, nick) not in users:
+                open_stint[side] = (i, nick)
+                doubtful.add(i)
+        elif kind == "-damage" and side in open_stint and not any(q.startswith("[from]") for q in parts[4:]):
+            doubtful.discard(open_stint.pop(side)[0])  # a direct hit and no Illusion broke: the real one
+        elif kind == "faint":
+            fainted.add((side, nick))
+        elif kind == "replace":
+            open_stint.pop(side, None)
+            active[side] = nick
+    return doubtful
 
 
 def cant_actor_and_move(parts: list[str]) -> tuple[str, str | None]:
@@ -280,6 +326,7 @@ class SpectatorParser:
         if "|replace|" in log:
             lines, self.disguises = unmasked(lines)
             log = "\n".join(lines)
+        self.doubtful = doubtful_switches(lines) if "|Zor" in log else set()
         self.lines = lines
         # side → (disguise, the real Pokémon's moves when it switched in) while an Illusion is unbroken
         self.disguised: dict[str, tuple[Disguise, dict[str, int]]] = {}
@@ -533,7 +580,7 @@ class SpectatorParser:
                 if leaving is not None:  # a copied move leaves Mimic's slot when its Pokémon switches out
                     self.mimicked.pop((parts[2][:2], leaving.name), None)
             if started and kind == "switch":
-                self._on_switch(parts)
+                self._on_switch(parts, at in self.doubtful)
             elif kind == "move" and len(parts) > 3:
                 side_id = parts[2][:2]
                 called = any(p.startswith("[from]") and "lockedmove" not in p for p in parts[5:])
@@ -562,6 +609,9 @@ class SpectatorParser:
             elif kind == "-terastallize" and len(parts) > 2:
                 self.tera_next[parts[2][:2]] = True
                 self.used_tera[parts[2][:2]] = True
+            elif kind == "-heal" and len(parts) > 2 and "[from] move: Revival Blessing" in line:
+                # its user's side chose which fainted Pokémon to revive: a decision outside the 13 actions (-1)
+                self._decide(parts[2][:2], forced=True)
             elif kind == "-zpower" and len(parts) > 2:
                 self.z_next[parts[2][:2]] = self.used_z[parts[2][:2]] = True
             elif kind == "-start" and len(parts) > 3 and to_id(parts[3]) == "dynamax":
@@ -599,8 +649,12 @@ class SpectatorParser:
         self.tera_next = {"p1": False, "p2": False}  # a tera followed by |cant| never reached a move
         self.z_next = {"p1": False, "p2": False}
 
-    def _on_switch(self, parts: list[str]) -> None:
+    def _on_switch(self, parts: list[str], doubtful: bool = False) -> None:
+        """A switch-in: the side's turn action or a forced decision; its target is -1 when ``doubtful`` (a
+        Zoroark may have come in disguised)."""
         side_id, nick = _ident(parts[2])
+        if doubtful:
+            nick = ""  # in no bench: the action is -1
         side = self.tracker.sides[side_id]
         active_fainted = side.active is not None and side.active.status == "fnt"
         marked = any(p.startswith("[from]") for p in parts[5:])
