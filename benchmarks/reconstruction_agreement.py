@@ -2,9 +2,10 @@
 
     python benchmarks/reconstruction_agreement.py --battles 250
 
-Plays battles with the real simulator (heuristic vs random, ``gen9randombattle``, ``gen2randombattle`` (sleep,
-Sleep Talk, Hidden Power) and ``gen1ou``), builds each player's exact trajectory from its own stream, reconstructs
-both from the spectator log alone, and prints how often each field agrees (``pipelines/pokemon/agreement.py``).
+Plays battles with the real simulator (heuristic vs random, the random-battle format of every generation 1-9 by
+default: gen 2 exercises sleep, Sleep Talk and Hidden Power, gens 6-7 Mega Evolution, gen 7 Z-moves, gen 8 Dynamax,
+gens 5-9 Zoroark's Illusion), builds each player's exact trajectory from its own stream, reconstructs both from the
+spectator log alone, and prints how often each field agrees (``pipelines/pokemon/agreement.py``).
 ``action.visible_identical``: of the actions a spectator can see (those the reconstruction infers, plus those it
 left at -1 although the log shows the chosen move or switch in that turn, which count as wrong), the share equal to
 the chosen action; ``action.coverage``: of the chosen actions, the share the reconstruction recorded.
@@ -24,7 +25,7 @@ from pipelines.pokemon.agreement import Agreement, add_generated_battles  # noqa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--battles", type=int, default=250, help="battles per format")
-    parser.add_argument("--formats", nargs="+", default=["gen9randombattle", "gen2randombattle", "gen1ou"])
+    parser.add_argument("--formats", nargs="+", default=[f"gen{g}randombattle" for g in range(1, 10)])
     parser.add_argument("--seed", type=int, default=31)
     args = parser.parse_args()
     for fmt in args.formats:
