@@ -84,6 +84,8 @@ class PokemonState:
         base_spe: base speed stat.
         tera_type: tera type id, ``unknowntype`` when not revealed, ``notype`` before gen 9.
         terastallized: whether it has terastallized.
+        dynamax_turns: turns of Dynamax left at this decision, its own turn included (2 at the first decision after
+            it Dynamaxed, then 1; 0 when not Dynamaxed).
     """
 
     name: str
@@ -111,6 +113,7 @@ class PokemonState:
     base_spe: i16
     tera_type: str
     terastallized: bool
+    dynamax_turns: i8
 
 
 @dataclass(frozen=True, kw_only=True)

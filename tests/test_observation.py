@@ -33,7 +33,7 @@ def _mon(name, moves, hp=1.0):
             "ability": "noability", "level": 100, "status": "nostatus", "effects": [], "moves": moves,
             "atk_boost": 2, "def_boost": 0, "spa_boost": 0, "spd_boost": 0, "spe_boost": -1, "accuracy_boost": 0,
             "evasion_boost": 0, "base_hp": 250, "base_atk": 5, "base_def": 5, "base_spa": 105, "base_spd": 105,
-            "base_spe": 50, "tera_type": "notype", "terastallized": False}
+            "base_spe": 50, "tera_type": "notype", "terastallized": False, "dynamax_turns": 0}
 
 
 @pytest.fixture

@@ -8,10 +8,10 @@ import json
 import pyarrow as pa
 import pytest
 
-from shards_schema.manifest import Manifest
+from shards_schema.manifest import Manifest, major
 from shards_schema.pokemon import INDEX_SCHEMA, NUM_ACTIONS, TURNS_SCHEMA
 from shards_schema.reader import ShardIntegrityError, open_version
-from shards_schema.versions import VersionMismatchError
+from shards_schema.versions import POKEMON_TURNS, VersionMismatchError
 
 
 def test_turns_schema_declares_the_contract():
@@ -55,8 +55,8 @@ def test_open_version_verifies(version_copy):
 
 
 @pytest.mark.parametrize("field,value,expect", [
-    ("schema_version", "2.0.0", "upgrade replayforge"),
-    ("schema_version", "0.9.0", "parse_replays.py"),
+    ("schema_version", f"{major(POKEMON_TURNS.schema) + 1}.0.0", "upgrade replayforge"),
+    ("schema_version", f"{major(POKEMON_TURNS.schema) - 1}.9.0", "parse_replays.py"),
     ("parser_version", "0.1.0", "parse_replays.py"),
     ("observation_version", "0.3.0", "refeaturize.py"),
     ("observation_version", "7.0.0", "upgrade replayforge"),
@@ -68,7 +68,7 @@ def test_version_gating_both_ways(version_copy, field, value, expect):
 
 
 def test_minor_version_difference_is_accepted(version_copy):
-    _rewrite_manifest(version_copy, schema_version="1.7.0", observation_version="1.2.3")
+    _rewrite_manifest(version_copy, schema_version=f"{major(POKEMON_TURNS.schema)}.7.0", observation_version="1.2.3")
     open_version(version_copy)
 
 
@@ -123,7 +123,7 @@ def test_to_table_children_of_one_struct_type_converted_together():
            **dict.fromkeys(["atk_boost", "def_boost", "spa_boost", "spd_boost", "spe_boost", "accuracy_boost",
                             "evasion_boost"], 0),
            **dict.fromkeys(["base_hp", "base_atk", "base_def", "base_spa", "base_spd", "base_spe"], 55),
-           "tera_type": "notype", "terastallized": False}
+           "tera_type": "notype", "terastallized": False, "dynamax_turns": 0}
     other = {**mon, "name": "jolteon", "effects": ["confusion"], "moves": []}
     rows = [{"s": {"active": mon, "other": None, "bench": [other, mon]}},
             {"s": {"active": None, "other": other, "bench": []}},
@@ -175,7 +175,7 @@ def test_to_table_null_structs_holding_lists_encode(tmp_path, layout, shared):
             **dict.fromkeys(["atk_boost", "def_boost", "spa_boost", "spd_boost", "spe_boost", "accuracy_boost",
                              "evasion_boost"], 1),
             **dict.fromkeys(["base_hp", "base_atk", "base_def", "base_spa", "base_spd", "base_spe"], 55),
-            "tera_type": "normal", "terastallized": True}
+            "tera_type": "normal", "terastallized": True, "dynamax_turns": 0}
     shared_mon = base
 
     def mon(i: int) -> dict | None:  # shared: one object in every slot (converted once, repeated by take)

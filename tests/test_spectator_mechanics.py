@@ -310,6 +310,9 @@ def test_rows_flag_z_moves_and_max_moves():
                           ["|move|p1a: Charizard|Air Slash|p2a: Chansey", "|-damage|p2a: Chansey|0 fnt"]), 8)
     assert [(rows[("p1", t)]["dynamax"], rows[("p1", t)]["state"]["can_dynamax"]) for t in (1, 2, 3, 4)] == [
         (True, True), (True, False), (True, False), (False, False)]
+    # turns of Dynamax left, seen the same by its owner and its foe
+    assert [rows[("p1", t)]["state"]["player_active"]["dynamax_turns"] for t in (1, 2, 3, 4)] == [0, 2, 1, 0]
+    assert [rows[("p2", t)]["state"]["opponent_active"]["dynamax_turns"] for t in (1, 2, 3, 4)] == [0, 2, 1, 0]
     assert rows[("p2", 2)]["state"]["can_dynamax"] and not rows[("p1", 1)]["zmove"]
 
 

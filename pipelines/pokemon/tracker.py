@@ -61,6 +61,10 @@ def _effect_id(raw: str) -> str:
     return to_id(raw)
 
 
+DYNAMAX_TURNS = 3
+"""A Dynamax lasts the turn it starts in and the two after (pokemon-showdown 0.11.11 ``endTurn`` ends it once its
+third end-of-turn residual has counted, before the next ``|turn|``)."""
+
 class Mon:
     """One Pokémon as the watching player knows it.
 
@@ -75,7 +79,8 @@ class Mon:
     """
 
     __slots__ = ("name", "species", "form", "level", "hp_pct", "status", "types", "item", "ability", "moves",
-                 "own_moves", "boosts", "effects", "tera_type", "terastallized", "active", "exact_pp", "revision")
+                 "own_moves", "boosts", "effects", "tera_type", "terastallized", "active", "exact_pp", "revision",
+                 "dynamax_turn")
 
     def __init__(self, name: str, species: str, level: int, gen: int):
         self.name = name
@@ -95,6 +100,7 @@ class Mon:
         self.terastallized = False
         self.active = False
         self.revision = 0
+        self.dynamax_turn: int | None = None  # the battle turn it Dynamaxed in, while Dynamaxed
 
     def set_condition(self, condition: str) -> None:
         """Apply ``hp/max status`` or ``0 fnt``."""
@@ -113,6 +119,7 @@ class Mon:
     def switch_out(self, keep_boosts: bool = False) -> None:
         self.active = False
         self.effects.clear()
+        self.dynamax_turn = None
         if self.own_moves is not None:  # a Transform ends when its Pokémon leaves the field
             self.moves, self.own_moves = self.own_moves, None
         if not keep_boosts:
@@ -473,12 +480,16 @@ class BattleTracker:
             mon.effects = {e for e in mon.effects if not e.startswith(effect[:6])} | {effect}
         else:
             mon.effects.add(effect)
+            if effect == "dynamax":
+                mon.dynamax_turn = self.turn
         self._reveal_from(mon, parts[4:])
 
     def _end(self, parts):
         mon = self._mon(parts[2])
         effect = _effect_id(parts[3])
         mon.effects.discard(effect)
+        if effect == "dynamax":
+            mon.dynamax_turn = None
 
     def _item(self, parts):
         kw = self._kwargs(parts[4:])
@@ -593,7 +604,13 @@ class BattleTracker:
         return (mon.species, mon.hp_pct, mon.status, mon.item, mon.ability, mon.level,
                 tuple(mon.types) if mon.types is not None else None,
                 tuple(sorted(mon.effects)) if mon.effects else (),
-                tuple(sorted(mon.boosts.items())) if mon.boosts else (), mon.tera_type, mon.terastallized)
+                tuple(sorted(mon.boosts.items())) if mon.boosts else (), mon.tera_type, mon.terastallized,
+                self.dynamax_turns(mon))
+
+    def dynamax_turns(self, mon: Mon) -> int:
+        """Turns of Dynamax left to ``mon`` at a decision now, this turn's included: ``DYNAMAX_TURNS`` from the turn
+        it Dynamaxed in; 0 when not Dynamaxed."""
+        return 0 if mon.dynamax_turn is None else max(0, DYNAMAX_TURNS - (self.turn - mon.dynamax_turn))
 
     def mon_state(self, mon: Mon, moves: list[dict] | None = None) -> dict:
         """The rendered Pokémon (memoized, shared: never mutate it); ``moves`` default to the revealed ones."""
@@ -631,6 +648,7 @@ class BattleTracker:
             "spe_boost": boosts.get("spe_boost", 0), "accuracy_boost": boosts.get("accuracy_boost", 0),
             "evasion_boost": boosts.get("evasion_boost", 0),
             **base_stats, "tera_type": mon.tera_type, "terastallized": mon.terastallized,
+            "dynamax_turns": self.dynamax_turns(mon),
         }
 
     def _species_part(self, species: str) -> tuple[str, str, list[str], dict]:

@@ -200,6 +200,7 @@ def _mon(raw: dict | None) -> dict | None:
         "tera_type": tera,
         # Metamon's UniversalState has no terastallized flag; unknown here, so never claimed.
         "terastallized": False,
+        "dynamax_turns": 0,  # nor Dynamax (its data is gens 1-4 and 9)
     }
 
 
@@ -236,7 +237,8 @@ def _universal_mon(mon: dict | None) -> dict | None:
     if mon is None:
         return None
     types = (mon["types"] + ["notype"])[:2]
-    out = {k: v for k, v in mon.items() if k not in ("types", "effects", "moves", "level", "terastallized")}
+    out = {k: v for k, v in mon.items()
+           if k not in ("types", "effects", "moves", "level", "terastallized", "dynamax_turns")}
     return {**out, "types": " ".join(types), "lvl": mon["level"],
             "effect": mon["effects"][0] if mon["effects"] else "noeffect",
             "moves": [_universal_move(m) for m in mon["moves"]]}
