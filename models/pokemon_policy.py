@@ -101,7 +101,7 @@ def fold_action_ids(action13: torch.Tensor) -> torch.Tensor:
 
 
 class TurnEncoder(nn.Module):
-    """87 word ids + 48 numbers of one turn → one turn vector."""
+    """87 word ids + 50 numbers of one turn → one turn vector."""
 
     def __init__(self, cfg: PolicyConfig):
         super().__init__()
@@ -114,7 +114,7 @@ class TurnEncoder(nn.Module):
         self.norm = nn.LayerNorm(cfg.d_model)
 
     def forward(self, tokens: torch.Tensor, numeric: torch.Tensor) -> torch.Tensor:
-        # tokens (B, T, 87) int, numeric (B, T, 48) float → (B, T, d_model). Ids are checked by ``check_inputs``
+        # tokens (B, T, 87) int, numeric (B, T, 50) float → (B, T, d_model). Ids are checked by ``check_inputs``
         # where data is loaded: a check here would make every step wait for the device (a GPU→host copy).
         b, t, _ = tokens.shape
         words = self.words(tokens) + self.slot  # (B, T, 87, d_token)
@@ -192,7 +192,7 @@ class PokemonPolicy(nn.Module):
 
     def forward(self, tokens: torch.Tensor, numeric: torch.Tensor, legal: torch.Tensor,
                 valid: torch.Tensor, *, mask_padding: bool = False) -> PolicyOutput:
-        """tokens (B, T, 87), numeric (B, T, 48), legal (B, T, 9) bool, valid (B, T) bool (False = padding).
+        """tokens (B, T, 87), numeric (B, T, 50), legal (B, T, 9) bool, valid (B, T) bool (False = padding).
 
         Windows are right-padded (each row's valid turns come first), so causal attention alone never lets a valid
         turn see padding: outputs at padded turns are garbage that every loss masks out. ``mask_padding`` also masks

@@ -25,7 +25,7 @@ NUM_ACTIONS = NUM_MOVES + NUM_SWITCHES + NUM_TERA_MOVES
 ``available_switches[0-4]``, 9-12 terastallize and use move slot 0-3. -1: no action visible or not a choice."""
 
 OBS_WORDS = 87
-OBS_NUMERIC = 48
+OBS_NUMERIC = 50
 
 
 

@@ -41,7 +41,9 @@ POKEMON_TURNS = CodeVersions(
     # Transform's copied moves end with it; Imposter and gen 4-5 Frisk read; older logs' [from]X and format ids.
     # 2.0.0: choices shown by |cant|/Sleep Talk and Hidden Power recorded; "???" move type a word; Metamon ties, case
     parser="4.0.0",
-    observation="1.0.0",
+    # 2.0.0: word 2 names the gimmick open now (cantera, canzmove, candynamax, nogimmick); numbers 48-49 the actives'
+    # Dynamax turns left
+    observation="2.0.0",
     reparse_command="python pipelines/parse_replays.py --source <source> --input <raw inputs> --out <dir>",
     refeaturize_command="python pipelines/refeaturize.py --input <this version folder> --out <dir>",
 )

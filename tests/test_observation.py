@@ -45,14 +45,14 @@ def state():
         "player_prev_move": _move("icebeam", "ice", 95, 16), "opponent_prev_move": None,
         "player_remaining": 6, "opponents_remaining": 5, "player_conditions": ["reflect"],
         "opponent_conditions": [], "weather": "noweather", "battle_field": [], "forced_switch": False,
-        "can_tera": False, "opponent_teampreview": [],
+        "can_tera": False, "can_zmove": False, "can_dynamax": False, "opponent_teampreview": [],
     }
 
 
 def test_sizes_and_layout(state):
     words = observation_words(state, "gen1ou")
     assert len(words) == OBS_WORDS
-    assert words[:3] == ["gen1ou", "noforcedswitch", "nocantera"]
+    assert words[:3] == ["gen1ou", "noforcedswitch", "nogimmick"]
     assert words[12] == "chansey" and words[32] == "alakazam"
     assert words[32 + 8 + 3:32 + 8 + 6] == ["unknownmove", "unknowntype", "unknowncategory"]
     assert words[52] == "snorlax" and words[52 + 14:] == ["<blank>"] * 21
@@ -60,6 +60,20 @@ def test_sizes_and_layout(state):
     assert len(numeric) == OBS_NUMERIC
     assert numeric[0] == pytest.approx(0.63) and numeric[1] == pytest.approx(2 / 6)
     assert numeric[8] == pytest.approx(40 / 200) and numeric[42] == pytest.approx(5 / 6)
+
+
+@pytest.mark.parametrize("flags,word", [({"can_tera": True}, "cantera"), ({"can_zmove": True}, "canzmove"),
+                                        ({"can_dynamax": True}, "candynamax")])
+def test_the_gimmick_open_now_and_dynamax_turns(state, flags, word):
+    """Word 2 names the generation's gimmick the player may use; numbers 48-49 the actives' Dynamax turns left."""
+    state = {**state, **flags, "player_active": {**state["player_active"], "dynamax_turns": 2},
+             "opponent_active": {**state["opponent_active"], "dynamax_turns": 1}}
+    text, tokens, numeric, unknown = observe(state, "gen8randombattle")
+    assert text.split()[2] == word and unknown == 0
+    assert numeric[48:] == pytest.approx([2 / 3, 1 / 3])
+    columns = observation_columns([state], ["gen8randombattle"])
+    assert columns["obs_text"][0].as_py() == text and columns["obs_tokens"][0].as_py() == tokens
+    assert columns["obs_numeric"][0].as_py() == pytest.approx(numeric)
 
 
 def test_vocabulary_is_fixed():
@@ -132,7 +146,7 @@ def test_every_dex_move_item_and_ability_renders_87_known_words(gen):
                  "player_prev_move": tracker.move_state(moves[i % len(moves)]), "opponent_prev_move": None,
                  "player_remaining": 6, "opponents_remaining": 6, "player_conditions": [],
                  "opponent_conditions": [], "weather": "noweather", "battle_field": [], "forced_switch": False,
-                 "can_tera": False, "opponent_teampreview": []}
+                 "can_tera": False, "can_zmove": False, "can_dynamax": False, "opponent_teampreview": []}
         text, tokens, _, unknown = observe(state, f"gen{gen}ou")
         words = text.split()
         assert len(words) == OBS_WORDS and all(words), (gen, i, text)

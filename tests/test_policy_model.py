@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from models.pokemon_policy import PokemonPolicy, PolicyConfig, check_inputs, fold_action_ids, fold_actions
+from shards_schema.pokemon import OBS_NUMERIC
 from training import losses
 
 VOCAB = 100
@@ -17,7 +18,7 @@ VOCAB = 100
 def _batch(b=2, t=6, seed=0):
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, VOCAB, (b, t, 87), generator=g)
-    numeric = torch.rand(b, t, 48, generator=g)
+    numeric = torch.rand(b, t, OBS_NUMERIC, generator=g)
     legal = torch.rand(b, t, 9, generator=g) > 0.4
     legal[..., 0] = True
     return tokens, numeric, legal
@@ -35,7 +36,7 @@ def test_padding_never_changes_real_steps(model):
     out = model(tokens, numeric, legal, valid)
     # right padding with garbage turns: the real prefix is unchanged
     pad_tokens = torch.cat([tokens, torch.randint(0, VOCAB, (2, 4, 87))], dim=1)
-    pad_numeric = torch.cat([numeric, torch.rand(2, 4, 48) * 100], dim=1)
+    pad_numeric = torch.cat([numeric, torch.rand(2, 4, OBS_NUMERIC) * 100], dim=1)
     pad_legal = torch.cat([legal, torch.ones(2, 4, 9, dtype=torch.bool)], dim=1)
     pad_valid = torch.cat([valid, torch.zeros(2, 4, dtype=torch.bool)], dim=1)
     padded = model(pad_tokens, pad_numeric, pad_legal, pad_valid)
@@ -73,9 +74,9 @@ def test_the_masked_reference_hides_left_padding(model):
     pad_valid = torch.cat([torch.zeros(1, 3, dtype=torch.bool), valid], 1)
     pad_legal = torch.cat([torch.ones(1, 3, 9, dtype=torch.bool), legal], 1)
     a = model(torch.cat([torch.zeros(1, 3, 87, dtype=torch.long), tokens], 1),
-              torch.cat([torch.zeros(1, 3, 48), numeric], 1), pad_legal, pad_valid, mask_padding=True)
+              torch.cat([torch.zeros(1, 3, OBS_NUMERIC), numeric], 1), pad_legal, pad_valid, mask_padding=True)
     b = model(torch.cat([torch.randint(0, VOCAB, (1, 3, 87)), tokens], 1),
-              torch.cat([torch.rand(1, 3, 48) * 50, numeric], 1), pad_legal, pad_valid, mask_padding=True)
+              torch.cat([torch.rand(1, 3, OBS_NUMERIC) * 50, numeric], 1), pad_legal, pad_valid, mask_padding=True)
     torch.testing.assert_close(a.logits[:, 3:], b.logits[:, 3:])
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from models.ppo_policy import RecurrentPolicy, RecurrentPolicyConfig
+from shards_schema.pokemon import OBS_NUMERIC
 
 CFG = RecurrentPolicyConfig(d_obs=32, num_actions=9, opponent_window=5, d_strategy=16, strategy_layers=1,
                             strategy_heads=4, num_latents=2, d_lstm=24)
@@ -68,7 +69,7 @@ def test_started_on_an_offline_rl_policy_it_chooses_as_that_policy():
     policy = RecurrentPolicy.on_top_of(cfg, bc.actor).eval()
     g = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, 100, (2, 7, 87), generator=g)
-    numeric = torch.rand(2, 7, 48, generator=g)
+    numeric = torch.rand(2, 7, OBS_NUMERIC, generator=g)
     legal = torch.rand(2, 7, 9, generator=g) < 0.5
     legal[..., 2] = True
     valid = torch.ones(2, 7, dtype=torch.bool)

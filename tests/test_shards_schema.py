@@ -68,7 +68,8 @@ def test_version_gating_both_ways(version_copy, field, value, expect):
 
 
 def test_minor_version_difference_is_accepted(version_copy):
-    _rewrite_manifest(version_copy, schema_version=f"{major(POKEMON_TURNS.schema)}.7.0", observation_version="1.2.3")
+    _rewrite_manifest(version_copy, schema_version=f"{major(POKEMON_TURNS.schema)}.7.0",
+                      observation_version=f"{major(POKEMON_TURNS.observation)}.2.3")
     open_version(version_copy)
 
 

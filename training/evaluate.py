@@ -162,7 +162,7 @@ def make_player_class():
             await super()._handle_battle_message(split_messages)
 
         def select(self, battle, tokens, numeric, legal) -> int:
-            """The action (0-8) for the last turn of a window: tokens (1, T, 87), numeric (1, T, 48), legal
+            """The action (0-8) for the last turn of a window: tokens (1, T, 87), numeric (1, T, 50), legal
             (1, T, 9); the policy's most likely legal action."""
             with torch.no_grad():
                 out = self.model(tokens, numeric, legal, torch.ones(legal.shape[:2], dtype=torch.bool))
@@ -196,7 +196,7 @@ def make_player_class():
                 return self._fallback(battle, f"empty mask with {options} options")
             window = history[-self.context:]
             tokens_t = torch.tensor([[w[0] for w in window]])  # (1, T, 87)
-            numeric_t = torch.tensor([[w[1] for w in window]])  # (1, T, 48)
+            numeric_t = torch.tensor([[w[1] for w in window]])  # (1, T, 50)
             legal_t = torch.stack([w[2] for w in window])[None]  # (1, T, 9)
             action = self.select(battle, tokens_t, numeric_t, legal_t)
             move_ids, switch_slots = decision.slots()

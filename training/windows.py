@@ -138,7 +138,7 @@ def decode_shard(table: pa.Table) -> dict[str, np.ndarray]:
     action = table.column("action").to_numpy().astype(np.int64)
     return {
         "tokens": _fixed_list(table.column("obs_tokens"), OBS_WORDS, np.int32),  # (N, 87); embeddings take int32
-        "numeric": _fixed_list(table.column("obs_numeric"), OBS_NUMERIC, np.float32),  # (N, 48)
+        "numeric": _fixed_list(table.column("obs_numeric"), OBS_NUMERIC, np.float32),  # (N, 50)
         "legal": _fold(_fixed_list(table.column("legal_mask"), NUM_ACTIONS, bool)),  # (N, 9)
         "action": np.where(action >= NUM_MOVES + NUM_SWITCHES, action - NUM_MOVES - NUM_SWITCHES, action),  # (N,)
         "reward": table.column("reward").to_numpy().astype(np.float32),

@@ -1,6 +1,6 @@
 """Build an observation vocabulary file from the exported dex (run once per new observation spec version).
 
-    python pipelines/pokemon/build_vocab.py --version 1.0.0
+    python pipelines/pokemon/build_vocab.py --version 2.0.0
 
 The written file is committed and never edited in place: a spec version's ids are fixed forever. Ids are line
 numbers; the first three lines are ``<pad>``, ``<unk>``, ``<blank>``.
@@ -18,7 +18,8 @@ from pipelines.pokemon.observation import BLANK, PAD, UNK, VOCAB_DIR  # noqa: E4
 
 SENTINELS = (
     "nomove noitem unknownitem noability unknownability nostatus noeffect notype unknowntype unknownmove "
-    "unknowncategory nofield noweather nocondition noconditions forcedswitch noforcedswitch cantera nocantera "
+    "unknowncategory nofield noweather nocondition noconditions forcedswitch noforcedswitch cantera canzmove "
+    "candynamax nogimmick "
     "brn frz par psn tox slp fnt physical special status"
 ).split()
 WEATHERS = "raindance sunnyday sandstorm hail snow snowscape desolateland primordialsea deltastream".split()

@@ -1,11 +1,12 @@
-"""Observation spec 1.0.0: a structured ``BattleState`` → Metamon-style text (87 words) + 48 numeric features.
+"""Observation spec 2.0.0: a structured ``BattleState`` → Metamon-style text (87 words) + 50 numeric features.
 
 The spec is pure and versioned: shards store the structured state, so a new spec version re-derives these columns
 from stored state (``pipelines/refeaturize.py``) without re-parsing raw replays. The vocabulary is a fixed file per
 spec version; a word outside it maps to ``<unk>`` (id 1) and is counted in the row, never clamped to a valid id.
 
 Word layout (index: meaning):
-- 0 format id; 1 ``forcedswitch``/``noforcedswitch``; 2 ``cantera``/``nocantera``; 3 weather; 4-5 first two field
+- 0 format id; 1 ``forcedswitch``/``noforcedswitch``; 2 the generation's gimmick the player may use now:
+  ``cantera``, ``canzmove``, ``candynamax`` or ``nogimmick``; 3 weather; 4-5 first two field
   effects (``nofield``); 6 the player's previous move (``nomove``); 7 the opponent's previous move; 8-9 first two
   player side conditions (``nocondition``); 10-11 first two opponent side conditions.
 - 12-31 the player's active Pokémon: species, item, ability, type 1, type 2 (``notype``), status, first volatile
@@ -21,7 +22,8 @@ Numeric layout (index: meaning, scale):
 - 24 opponent active HP fraction; 25-31 opponent boosts ÷ 6; 32-35 opponent revealed move base power ÷ 200.
 - 36-40 switch slot HP fractions (0 for absent slots).
 - 41 player Pokémon remaining ÷ 6; 42 opponent Pokémon remaining ÷ 6; 43 player active level ÷ 100;
-  44 opponent active level ÷ 100; 45 forced switch; 46 player active terastallized; 47 opponent terastallized.
+  44 opponent active level ÷ 100; 45 forced switch; 46 player active terastallized; 47 opponent terastallized;
+  48 player active Dynamax turns left ÷ 3; 49 opponent's ÷ 3.
 Absent values are 0.
 
 ``observe`` derives one state's observation; ``observation_columns`` derives the columns of many states at once (what
@@ -41,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines.pokemon.tracker import DYNAMAX_TURNS
 from shards_schema.pokemon import NUM_MOVES, NUM_SWITCHES, OBS_NUMERIC, OBS_WORDS
 from shards_schema.versions import POKEMON_TURNS
 
@@ -169,10 +172,13 @@ def _switch_tokens(mon: dict | None) -> tuple[list[str], list[int]]:
     return words, _ids(words)
 
 
-def _flag_words(format_id: str, forced_switch: bool, can_tera: bool, weather: str) -> tuple[str, str, str, str]:
-    """Words 0-3."""
-    return (format_id, "forcedswitch" if forced_switch else "noforcedswitch", "cantera" if can_tera else "nocantera",
-            weather)
+def _flag_words(format_id: str, forced_switch: bool, can_tera: bool, can_zmove: bool, can_dynamax: bool,
+                weather: str) -> tuple[str, str, str, str]:
+    """Words 0-3. One generation's gimmick at most is open to a player at a time (tera: gen 9; Z-moves: gen 7;
+    Dynamax: gen 8)."""
+    gimmick = ("cantera" if can_tera else "canzmove" if can_zmove else "candynamax" if can_dynamax
+               else "nogimmick")
+    return format_id, "forcedswitch" if forced_switch else "noforcedswitch", gimmick, weather
 
 
 def _prev_move_word(move: dict | None) -> str:
@@ -181,7 +187,8 @@ def _prev_move_word(move: dict | None) -> str:
 
 def _global_words(state: dict, format_id: str) -> list[str]:
     return [
-        *_flag_words(format_id, state["forced_switch"], state["can_tera"], state["weather"]),
+        *_flag_words(format_id, state["forced_switch"], state["can_tera"], state["can_zmove"],
+                     state["can_dynamax"], state["weather"]),
         *_first(state["battle_field"], 2, "nofield"),
         _prev_move_word(state["player_prev_move"]),
         _prev_move_word(state["opponent_prev_move"]),
@@ -234,15 +241,17 @@ def _move_numbers(mon: dict | None, key: str, scale: float) -> list[float]:
 
 
 def _last_numbers(state: dict, me: dict | None, opp: dict | None) -> tuple[float, ...]:
-    """The seven numeric features after the Pokémon's: team counts, levels, forced switch, terastallized."""
+    """The nine numeric features after the Pokémon's: team counts, levels, forced switch, terastallized, Dynamax
+    turns left."""
     return (state["player_remaining"] / 6.0, state["opponents_remaining"] / 6.0,
             me["level"] / 100.0 if me else 0.0, opp["level"] / 100.0 if opp else 0.0,
             float(state["forced_switch"]),
-            float(me["terastallized"]) if me else 0.0, float(opp["terastallized"]) if opp else 0.0)
+            float(me["terastallized"]) if me else 0.0, float(opp["terastallized"]) if opp else 0.0,
+            me["dynamax_turns"] / DYNAMAX_TURNS if me else 0.0, opp["dynamax_turns"] / DYNAMAX_TURNS if opp else 0.0)
 
 
 def observation_numeric(state: dict) -> list[float]:
-    """The 48 numeric features of a state (see the module docstring for the layout)."""
+    """The 50 numeric features of a state (see the module docstring for the layout)."""
     me, opp = state["player_active"], state["opponent_active"]
     switches = state["available_switches"]
     numeric = [
@@ -379,8 +388,9 @@ def observation_columns(states: list[dict], formats: list[str], version: str = O
     words = _Words(version)
     n = len(states)
     values = list(zip(*map(_GLOBAL_FIELDS, states), strict=True)) if n else [()] * len(_GLOBAL_FIELDS_NAMES)
-    forced, can_tera, weather, battle_field, player_prev, opponent_prev, player_cond, opponent_cond = values
-    flags = list(zip(formats, forced, can_tera, weather, strict=True))
+    (forced, can_tera, can_zmove, can_dynamax, weather, battle_field, player_prev, opponent_prev, player_cond,
+     opponent_cond) = values
+    flags = list(zip(formats, forced, can_tera, can_zmove, can_dynamax, weather, strict=True))
     parts = [
         words.part(flags, flags, lambda f: _flag_words(*f), 4),
         words.part(battle_field, list(map(id, battle_field)), lambda f: _first(f, 2, "nofield"), 2),
@@ -398,7 +408,9 @@ def observation_columns(states: list[dict], formats: list[str], version: str = O
         raise AssertionError(f"{tokens.shape[1]} words, not {OBS_WORDS}")
     last = np.stack([np.fromiter(map(_PLAYER_REMAINING, states), np.float64, n) / 6.0,
                      np.fromiter(map(_OPPONENTS_REMAINING, states), np.float64, n) / 6.0,
-                     mine[:, -2], theirs[:, -2], np.array(forced, dtype=np.float64), mine[:, -1], theirs[:, -1]],
+                     mine[:, -2], theirs[:, -2], np.array(forced, dtype=np.float64), mine[:, -1], theirs[:, -1],
+                     *(np.fromiter((m["dynamax_turns"] if m else 0 for m in map(active, states)), np.float64, n)
+                       / DYNAMAX_TURNS for active in (_PLAYER_ACTIVE, _OPPONENT_ACTIVE))],
                     axis=1)
     numeric = np.concatenate([mine[:, :-2], theirs[:, :-2], hps, last], axis=1)
     if numeric.shape[1] != OBS_NUMERIC:
@@ -427,6 +439,7 @@ _OPPONENT_ACTIVE = operator.itemgetter("opponent_active")
 _SWITCHES = operator.itemgetter("available_switches")
 _PLAYER_REMAINING = operator.itemgetter("player_remaining")
 _OPPONENTS_REMAINING = operator.itemgetter("opponents_remaining")
-_GLOBAL_FIELDS_NAMES = ("forced_switch", "can_tera", "weather", "battle_field", "player_prev_move",
+_GLOBAL_FIELDS_NAMES = ("forced_switch", "can_tera", "can_zmove", "can_dynamax", "weather", "battle_field",
+                        "player_prev_move",
                         "opponent_prev_move", "player_conditions", "opponent_conditions")
 _GLOBAL_FIELDS = operator.itemgetter(*_GLOBAL_FIELDS_NAMES)
