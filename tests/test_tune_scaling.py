@@ -77,12 +77,15 @@ def synthetic_frames(ray_local, tmp_path_factory):
                  log=lambda *_: None).path
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_tiny_sweep_writes_its_table_fit_and_figure(synthetic_frames, tmp_path):
     from tune.scaling import TARGETS, run
 
     metric = TARGETS["melee_frames"].metric
-    sweep = SweepConfig.tiny(shards=str(synthetic_frames), out=str(tmp_path / "sweep"))
+    # two trials at once: most of a tiny trial is its actors' start-up (the default on 2 CPUs, one trial at a time,
+    # is checked by test_trial_resources_follow_the_cluster and taken by tests/test_tune_ppo_sweep.py's sweep)
+    sweep = SweepConfig.tiny(shards=str(synthetic_frames), out=str(tmp_path / "sweep"), max_concurrent=2)
     logs: list[str] = []
     grid = run(sweep, log=logs.append)
     assert len(grid) == 4 and not grid.errors
@@ -130,13 +133,14 @@ def test_the_policy_axes_count_its_parameters_and_kept_turns(tiny_generated):
                                                                       version.index().to_pylist())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_tiny_policy_sweep_fits_loss_against_turns(tiny_generated, tmp_path):
     from tune.scaling import run
 
     _, published, _ = tiny_generated
     sweep = SweepConfig.tiny(shards=str(published.path), out=str(tmp_path / "sweep"), sizes=[16, 32],
-                             train_shares=[1.0], context=8)
+                             train_shares=[1.0], context=8, max_concurrent=2)  # both trials at once, as above
     grid = run(sweep, log=lambda *_: None)
     assert len(grid) == 2 and not grid.errors
     with open(tmp_path / "sweep" / "scaling.csv") as fh:
