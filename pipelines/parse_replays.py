@@ -199,7 +199,7 @@ class ParseInputs:
                     else:
                         record = InputRecord(input_id=input_id, source=self.source, input_sha256=sha,
                                              num_rows=len(result.rows), dedupe_key=self.parser.dedupe_key(result),
-                                             index_rows=result.index_rows)
+                                             index_rows=result.index_rows, relabelled=result.relabelled)
                         parsed.append((len(records), result.rows))
                 except InputError as err:
                     record = record.dropped("quarantined", stage=err.stage, error_type=type(err).__name__,

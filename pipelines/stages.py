@@ -162,11 +162,14 @@ class Source(ABC):
 
 class Parsed(NamedTuple):
     """One input's parse: its rows (dicts, or a table for columnar parsers), or the reason a filter dropped it;
-    ``index_rows`` are index rows the rows cannot tell (a Melee game's metadata, row offsets within the input)."""
+    ``index_rows`` are index rows the rows cannot tell (a Melee game's metadata, row offsets within the input);
+    ``relabelled``: ``<source id>→<written id>`` where the input's format id was not the one its rows carry (an
+    older replay's ``ou`` written as ``gen6ou``)."""
 
     rows: list[dict] | pa.Table | None
     filter_reason: str | None = None
     index_rows: list[dict] | None = None
+    relabelled: str | None = None
 
 
 class Parser(ABC):
@@ -227,6 +230,7 @@ class InputRecord:
         dedupe_key: what must be unique among written inputs (None: nothing).
         num_rows: rows of a written input.
         index_rows: index rows its rows cannot tell (row offsets relative to the input), or None.
+        relabelled: ``<source id>→<written id>`` of a written input whose format id was relabelled (``Parsed``).
     """
 
     input_id: str
@@ -240,6 +244,7 @@ class InputRecord:
     dedupe_key: str | None = None
     num_rows: int = 0
     index_rows: list[dict] | None = None
+    relabelled: str | None = None
 
     @property
     def lost(self) -> bool:
@@ -255,7 +260,7 @@ class InputRecord:
 _RECORD_COLUMNS = [
     ("input_id", pa.string()), ("source", pa.string()), ("input_sha256", pa.string()), ("status", pa.string()),
     ("stage", pa.string()), ("error_type", pa.string()), ("reason", pa.string()), ("message", pa.string()),
-    ("dedupe_key", pa.string()), ("num_rows", pa.int64()), ("index_json", pa.string()),
+    ("dedupe_key", pa.string()), ("num_rows", pa.int64()), ("index_json", pa.string()), ("relabelled", pa.string()),
 ]
 assert [name for name, _ in _RECORD_COLUMNS] == [
     "index_json" if f.name == "index_rows" else f.name for f in fields(InputRecord)]

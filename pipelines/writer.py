@@ -492,6 +492,7 @@ class VersionPublisher:
         self.inputs = self.written = self.trajectories = self.rows = self.unknown_words = 0
         self.filtered: Counter = Counter()
         self.quarantined: Counter = Counter()
+        self.relabelled: Counter = Counter()
 
     def add_group(self, result: GroupResult) -> None:
         records, placements = list(result.records), list(result.placements)
@@ -533,6 +534,8 @@ class VersionPublisher:
                 index.append({**row, "input_id": record.input_id, "file": file,
                               "row_start": row_start + row["row_start"]})
             self.written += 1
+            if record.relabelled:
+                self.relabelled[record.relabelled] += 1
             self.trajectories += len(record.index_rows)
             self.rows += record.num_rows
             self.unknown_words += placement.unknown_words
@@ -549,7 +552,8 @@ class VersionPublisher:
     def counts(self) -> Counts:
         return Counts(inputs=self.inputs, written=self.written, filtered=dict(sorted(self.filtered.items())),
                       quarantined=dict(sorted(self.quarantined.items())), trajectories=self.trajectories,
-                      rows=self.rows, unknown_words=self.unknown_words)
+                      rows=self.rows, unknown_words=self.unknown_words,
+                      relabelled=dict(sorted(self.relabelled.items())))
 
     def _seal(self, folder: str, name: str, schema: pa.Schema) -> FileEntry:
         self._append(name, [], schema)

@@ -49,6 +49,8 @@ class Counts:
         trajectories: trajectories written (beside the input counts).
         rows: rows written.
         unknown_words: observation words outside the vocabulary, over all rows.
+        relabelled: written inputs whose source format id is not the one their rows carry, by
+            ``<source id>→<written id>`` (older replays' ``ou`` → ``gen6ou``).
     """
 
     inputs: int
@@ -58,6 +60,7 @@ class Counts:
     trajectories: int
     rows: int
     unknown_words: int = 0
+    relabelled: dict[str, int] = field(default_factory=dict)
 
     def reconciles(self) -> bool:
         return self.inputs == self.written + sum(self.filtered.values()) + sum(self.quarantined.values())

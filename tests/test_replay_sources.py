@@ -49,16 +49,19 @@ def test_showdown_json_job(ray_local, tmp_path):
     cut = dict(replays[GEN9], id="cut-1", log="\n".join(replays[GEN9]["log"].split("\n")[:120]))
     (root / "cut.json").write_text(json.dumps(cut))  # ends mid-battle
     (root / "nofmt.json").write_text(json.dumps(dict(replays[GEN1], id="odd-1", formatid="gen1nonsense")))
+    # a format id from before the ids named the generation: written as the log's |gen| says, and counted so
+    (root / "old.json").write_text(json.dumps(dict(replays[GEN1], id="old-1", formatid="ou")))
     cfg = ParseConfig.tiny(source="showdown-json", input=str(root), out=str(tmp_path / "out"))
     version = open_version(run(cfg, log=lambda *_: None).path)
     c = version.manifest.counts
-    assert (c.inputs, c.written, c.trajectories) == (6, 2, 4)
+    assert (c.inputs, c.written, c.trajectories) == (7, 3, 6)
+    assert c.relabelled == {"ou→gen1ou": 1}
     assert c.filtered == {"duplicate": 1}
     assert c.quarantined == {"invalid_json": 1, "truncated_battle": 1, "unknown_format": 1}
     q = version.quarantine().to_pylist()
     assert {r["input_id"]: r["reason"] for r in q}["cut.json"] == "truncated_battle"
     assert set(version.index().column("battle_id").to_pylist()) == {"smogtours-gen1ou-733374",
-                                                                      "smogtours-gen9ou-733546"}
+                                                                      "smogtours-gen9ou-733546", "old-1"}
 
 
 @pytest.mark.parametrize("source", ["hf-raw", "pokechamp"])
@@ -150,7 +153,7 @@ def test_replay_without_formatid_parses_like_with_it():
     record = _replays()[GEN1]
     assert record["formatid"] == "gen1ou"
     dexes, filters = {1: load_dex(1)}, ReplayFilters()
-    want, _ = replays.parse("showdown-json", json.dumps(record).encode(), dexes, filters, known_formats())
+    want = replays.parse("showdown-json", json.dumps(record).encode(), dexes, filters, known_formats()).rows
     bare = {k: v for k, v in record.items() if k != "formatid"}
-    got, _ = replays.parse("showdown-json", json.dumps(bare).encode(), dexes, filters, known_formats())
+    got = replays.parse("showdown-json", json.dumps(bare).encode(), dexes, filters, known_formats()).rows
     assert got == want and got[0]["format"] == "gen1ou"

@@ -62,23 +62,27 @@ GEN6_BATTLE = battle(6, "Espeon", "Metagross", ["|move|p1a: Espeon|Psychic|p2a: 
                                      ("randombattle", "gen6randombattle")])
 def test_a_format_id_without_generation_takes_the_logs(old, new):
     """Replays from before the ids named the generation (``formatid: "ou"``) are parsed under the simulator's id
-    for the log's ``|gen|``, which their rows carry; the source's id stays on the ``Replay``."""
+    for the log's ``|gen|``, which their rows carry; the source's id stays on the ``Replay`` and is said in the
+    parse (the job's manifest counts it)."""
     replay = normalize("showdown-json", json.loads(_record(old, GEN6_BATTLE)))
     assert (replay.format, replay.source_format) == (new, old)
-    rows, reason = parse("showdown-json", _record(old, GEN6_BATTLE), DEXES, ReplayFilters(), known_formats())
-    assert reason is None and rows and {r["format"] for r in rows} == {new}
+    parsed = parse("showdown-json", _record(old, GEN6_BATTLE), DEXES, ReplayFilters(), known_formats())
+    assert parsed.filter_reason is None and parsed.rows and {r["format"] for r in parsed.rows} == {new}
+    assert parsed.relabelled == f"{old}→{new}"
     # asking for the canonical id keeps it; asking for another filters it
     assert parse("showdown-json", _record(old, GEN6_BATTLE), DEXES, ReplayFilters(formats=frozenset({new})),
-                 known_formats())[1] is None
+                 known_formats()).filter_reason is None
     assert parse("showdown-json", _record(old, GEN6_BATTLE), DEXES, ReplayFilters(formats=frozenset({"gen7ou"})),
-                 known_formats())[1] == "format_not_requested"
+                 known_formats()).filter_reason == "format_not_requested"
 
 
 def test_prefixed_ids_are_kept_and_doubles_are_still_filtered():
     assert normalize("showdown-json", json.loads(_record("gen6ou", GEN6_BATTLE))).source_format is None
+    assert parse("showdown-json", _record("gen6ou", GEN6_BATTLE), DEXES, ReplayFilters(),
+                 known_formats()).relabelled is None
     doubles = GEN6_BATTLE[:2] + ["|gametype|doubles"] + GEN6_BATTLE[2:]
     assert parse("showdown-json", _record("doublesou", doubles), DEXES, ReplayFilters(),
-                 known_formats()) == ([], "not_singles")
+                 known_formats())[:2] == ([], "not_singles")
 
 
 def test_a_format_id_without_generation_or_gen_line_is_unknown_and_says_why():

@@ -13,8 +13,8 @@ duplicate battle ids are dropped by the writer, also counted.
 Older replays write format ids without the generation (``ou``, ``ubers``, ``randombattle``, ``doublesou``: gen 6
 replays with ``formatid: "ou"``); the log's ``|gen|N`` line says which, and such a battle is read, filtered and
 written under the id the pinned simulator knows (``gen6ou``, ``canonical_format``): its rows' ``format`` is that id,
-and nothing is counted apart (the relabelled battle is written like any other). ``Replay.source_format`` keeps the id
-as the source wrote it. An unprefixed id whose log has no ``|gen|`` line keeps its id and is quarantined as
+and the manifest counts it by ``<source id>→<written id>`` (``Counts.relabelled``). ``Replay.source_format`` keeps the
+id as the source wrote it. An unprefixed id whose log has no ``|gen|`` line keeps its id and is quarantined as
 ``unknown_format``, saying why (or filtered as ``format_not_requested`` when formats are asked for).
 """
 
@@ -239,19 +239,22 @@ def decode(payload: bytes) -> dict:
 
 
 def parse(source: str, payload: bytes, dexes: dict[int, Dex], filters: ReplayFilters,
-          known_formats: frozenset[str]) -> tuple[list[dict], str | None]:
-    """Both players' trajectories of one replay, or (``[]``, filter reason)."""
+          known_formats: frozenset[str]) -> Parsed:
+    """Both players' trajectories of one replay, or no rows and the filter's reason; a relabelled format id
+    (``source_format``) is said in ``Parsed.relabelled``."""
     replay = normalize(source, decode(payload))
     reason = filters.reason(replay)
     if reason is not None:
-        return [], reason
+        return Parsed([], reason)
     if replay.format not in known_formats:
         raise UnknownFormatError(_unknown_format(replay))
     if any(line.startswith("|gametype|") and line != "|gametype|singles" for line in replay.log[:40]):
-        return [], "not_singles"
+        return Parsed([], "not_singles")
     dex = dexes[gen_of_format(replay.format)]
-    return spectator_trajectories(replay.log, dex, format_id=replay.format, battle_id=replay.battle_id,
-                                  rating=replay.rating, names=replay.players), None
+    rows = spectator_trajectories(replay.log, dex, format_id=replay.format, battle_id=replay.battle_id,
+                                  rating=replay.rating, names=replay.players)
+    relabelled = f"{replay.source_format}→{replay.format}" if replay.source_format is not None else None
+    return Parsed(rows, relabelled=relabelled)
 
 
 def _unknown_format(replay: Replay) -> str:
@@ -453,7 +456,7 @@ class ReplayParser(PokemonParser):
                                      date_to=r.date_to or None)
 
     def parse(self, input_id: str, payload: bytes, sha256: str, facts: dict) -> Parsed:
-        return Parsed(*parse(self.source, payload, self.dexes, self.filters, self.known_formats))
+        return parse(self.source, payload, self.dexes, self.filters, self.known_formats)
 
     def dedupe_key(self, parsed: Parsed) -> str | None:
         return parsed.rows[0]["battle_id"]
