@@ -73,10 +73,10 @@ def _replay_json(battle_id: str, log: str) -> bytes:
 
 
 def _parse(log: str) -> list[dict]:
-    rows, reason = parse("showdown-json", _replay_json("gen9ou-odd", log), {9: load_dex(9)}, ReplayFilters(),
-                         known_formats())
-    assert reason is None
-    return rows
+    parsed = parse("showdown-json", _replay_json("gen9ou-odd", log), {9: load_dex(9)}, ReplayFilters(),
+                   known_formats())
+    assert parsed.filter_reason is None
+    return parsed.rows
 
 
 def test_a_decision_without_an_active_pokemon_is_refused():
