@@ -133,18 +133,17 @@ def unmasked(lines: list[str]) -> tuple[list[str], dict[int, Disguise]]:
             if len(parts) < 4:
                 continue
             start = entered.get(parts[2].split(":", 1)[0])
-            entry = lines[start].split("|") if start is not None else []
-            if len(entry) < 4 or entry[2] == parts[2]:
+            shown = lines[start].split("|") if start is not None else []  # the switch-in as the log wrote it
+            if len(shown) < 4 or shown[2] == parts[2]:
                 continue
-            shown = re.compile(re.escape(entry[2]) + r"(?=\||$)")
+            names_disguise = re.compile(re.escape(shown[2]) + r"(?=\||$)")
             for j in range(start, i):
-                out[j] = shown.sub(parts[2], out[j])
-            entry = out[start].split("|")
-            entry[3] = parts[3]
-            out[start] = "|".join(entry)
-            shown_entry = lines[start].split("|")
-            species, level, _ = _details(shown_entry[3])
-            disguises[start] = Disguise(_ident(shown_entry[2])[1], species, level)
+                out[j] = names_disguise.sub(parts[2], out[j])
+            real = out[start].split("|")
+            real[3] = parts[3]
+            out[start] = "|".join(real)
+            species, level, _ = _details(shown[3])
+            disguises[start] = Disguise(_ident(shown[2])[1], species, level)
     return out, disguises
 
 
@@ -162,7 +161,7 @@ def doubtful_switches(lines: list[str]) -> set[int]:
     if not users:
         return set()
     doubtful: set[int] = set()
-    open_stint: dict[str, tuple[int, str]] = {}  # side → (index of its switch-in, nickname) under doubt
+    open_stint: dict[str, int] = {}  # side → index of its switch-in under doubt
     fainted: set[tuple[str, str]] = set()
     active: dict[str, str] = {}  # side → nickname its last switch-in showed
     for i, line in enumerate(lines):
@@ -178,10 +177,10 @@ def doubtful_switches(lines: list[str]) -> set[int]:
             leaving, active[side] = active.get(side), nick
             user_hidden = any(s == side and u not in (nick, leaving) and (s, u) not in fainted for s, u in users)
             if user_hidden and (side, nick) not in users:
-                open_stint[side] = (i, nick)
+                open_stint[side] = i
                 doubtful.add(i)
         elif kind == "-damage" and side in open_stint and not any(q.startswith("[from]") for q in parts[4:]):
-            doubtful.discard(open_stint.pop(side)[0])  # a direct hit and no Illusion broke: the real one
+            doubtful.discard(open_stint.pop(side))  # a direct hit and no Illusion broke: the real one
         elif kind == "faint":
             fainted.add((side, nick))
         elif kind == "replace":
