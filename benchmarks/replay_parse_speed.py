@@ -12,7 +12,8 @@ Each format's replays go in blocks of ``--block-size``. In a block, Metamon's pa
 whole block, then replayforge's parser does, or the other way round (who goes first alternates from block to block;
 ``--turns block``, the default). ``--turns replay`` makes them take turns replay by replay instead: every switch
 between the two processes then starts the next parse with caches the other process filled, which costs our ~6 ms
-parse of a replay a larger share than Metamon's ~225 ms one, so it reads lower for us (README: both, same day). Then
+parse of a replay a larger share than Metamon's ~225 ms one, so it reads lower for us (docs/results.md: both, same
+day). Then
 replayforge's parser again plus ``turns_table`` of the block's rows: the Arrow conversion with the observation columns
 (text, word ids, numbers) derived from the states (what a parse actor does), then the poke-env baseline.
 
@@ -123,11 +124,11 @@ def metamon_python(arg: str | None) -> tuple[str | None, str]:
                                 "'HEAD'], cwd=metamon.__path__[0], capture_output=True, text=True).stdout.strip())"],
                                capture_output=True, text=True)
     except OSError as err:
-        return None, f"Metamon is not measured: {python} does not run ({err}); set METAMON_PYTHON (README)"
+        return None, f"Metamon is not measured: {python} does not run ({err}); set METAMON_PYTHON (docs/results.md)"
     if probe.returncode != 0:
         return None, (f"Metamon is not measured: it is not importable by {python} "
-                      f"({probe.stderr.strip().splitlines()[-1:]}); install it beside the project (README) and "
-                      f"set METAMON_PYTHON")
+                      f"({probe.stderr.strip().splitlines()[-1:]}); install it beside the project (docs/results.md) "
+                      f"and set METAMON_PYTHON")
     return python, f"Metamon {probe.stdout.strip() or '(commit unknown)'} under {python}"
 
 

@@ -85,7 +85,7 @@ def _check_auth_mode(joining: bool) -> None:
         return  # a new local instance: token auth is Ray's default, and start_ray sets it
     if mode == "token":
         return
-    where = ("the cluster of RAY_ADDRESS (start every node with RAY_AUTH_MODE=token, README \"On a cluster\")"
+    where = ("the cluster of RAY_ADDRESS (start every node with RAY_AUTH_MODE=token, docs/cluster.md)"
              if joining else "this job's local Ray (unset RAY_AUTH_MODE or set RAY_AUTH_MODE=token)")
     shown = repr(mode) if mode is not None else "unset"
     raise RayAuthError(

@@ -160,7 +160,7 @@ def test_cut_or_corrupt_files_stay_quarantined_and_are_not_repaired():
 
 
 def test_a_peppi_panic_is_a_quarantine_row_with_its_message(tmp_path):
-    """peppi 2.1 panics on every Slippi 3.0-3.6 file (README, The Melee pipeline): its Frame Bookend struct has no
+    """peppi 2.1 panics on every Slippi 3.0-3.6 file (docs/melee.md): its Frame Bookend struct has no
     field before 3.7 and arrow2 refuses a struct array without fields. The v3.7 netplay replay relabelled 3.3.0 (3
     bytes of Game Start) is the reproduction."""
     original = shared_data("melee", "slp", "peppi__netplay.slp").read_bytes()

@@ -299,19 +299,19 @@ def test_template_gives_every_variable_the_scripts_require():
 
 
 def _submitted_jobs(section: str) -> list[list[str]]:
-    """The `python SCRIPT ARGS` that a README section's `ray job submit ... sh -c '...'` lines run."""
+    """The `python SCRIPT ARGS` that a docs section's `ray job submit ... sh -c '...'` lines run."""
     joined = section.replace("\\\n", " ")
     return [shlex.split(job) for job in re.findall(r"ray job submit .*?sh -c '(python [^']*)'", joined)]
 
 
-def test_readme_walks_through_both_clusters():
+def test_the_cluster_page_walks_through_both_clusters():
     """Both walk-throughs exist, name the files that exist, and submit the project's real commands: each job's
     flags parse with its entry point's own CLI (a renamed or removed flag fails here)."""
     from pipelines.cli import parser_for
     from pipelines.parse_replays import ParseConfig
     from training.world_model import WorldModelTrainConfig
 
-    readme = (REPO_ROOT / "README.md").read_text()
+    readme = (REPO_ROOT / "docs" / "cluster.md").read_text()
     aws = readme[readme.index("### AWS: launch"):readme.index("### RunPod: launch")]
     runpod = readme[readme.index("### RunPod: launch"):readme.index("### On either cluster")]
     for step in ("ray up ray_cluster.yaml", "ray dashboard ray_cluster.yaml", "ray down ray_cluster.yaml"):
@@ -332,6 +332,6 @@ def test_readme_walks_through_both_clusters():
             try:
                 parser_for(configs[job[1]]).parse_args(job[2:])
             except SystemExit:
-                pytest.fail(f"README submits {job[1]} with flags it does not take: {job[2:]}")
+                pytest.fail(f"docs/cluster.md submits {job[1]} with flags it does not take: {job[2:]}")
             outputs = [job[i + 1] for i, a in enumerate(job) if a in ("--out", "--shards", "--input")]
             assert outputs and all(o.startswith("s3://$REPLAYFORGE_BUCKET/") for o in outputs), job

@@ -215,7 +215,7 @@ def test_without_conditional_writes_a_published_version_is_still_refused(s3_buck
 def test_without_conditional_writes_the_last_manifest_wins_whole(s3_bucket, monkeypatch):
     """What a store without conditional PUT cannot rule out: two runs that both find no manifest and both write
     one. The later manifest stays, the run that wrote it removes the other's files, and the version is whole (one
-    run's files and manifest); the earlier run was told it published (README: "Publishing on object stores")."""
+    run's files and manifest); the earlier run was told it published (docs/pipeline.md)."""
     monkeypatch.setenv(storage.CONDITIONAL_WRITES_VAR, "off")
     first = _fill(_writer(s3_bucket))
     second = _fill(_writer(s3_bucket, parquet_options={"compression": "none"}))

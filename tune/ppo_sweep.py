@@ -18,7 +18,7 @@ pooled over games. Why this one:
   each trial's own snapshots (a trial whose snapshots all play badly rates itself high against them), and the
   learner's games against its snapshots are zero-sum against itself, so their return is about 0 whatever it learned.
 - The return rather than the win rate: damage counts in every game, so games level on stocks still tell trials apart,
-  and with the 7-24 scripted games a window held in the README's sweep a continuous measure ranks trials on fewer
+  and with the 7-24 scripted games a window held in docs/sweeps.md's sweep a continuous measure ranks trials on fewer
   games than a rate of wins, losses and draws. The win rate over the same games is in the table beside it.
 - Over a window of updates: a game spans ``max_frames / rollout_steps`` updates, so a single update finishes a burst of
   games or none; a window at least that long (checked) holds at least one finished game of every game slot.

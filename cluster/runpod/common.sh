@@ -63,7 +63,7 @@ require_var() {
 # require_secret NAME: set, and not RunPod's unresolved reference (a secret the template names but nobody created).
 require_secret() {
     local name=$1
-    require_var "$name" "the template passes it from a RunPod secret (README, \"On RunPod\"); create the secret, then redeploy the pod"
+    require_var "$name" "the template passes it from a RunPod secret (docs/cluster.md, \"RunPod\"); create the secret, then redeploy the pod"
     if [[ "${!name}" == "{{"* ]]; then
         die "$name holds an unresolved RunPod secret reference: create the secret that cluster/runpod/template.json names for $name, then redeploy the pod"
     fi

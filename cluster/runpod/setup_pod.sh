@@ -12,7 +12,7 @@ usage() {
 
 parse_args "$@"
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-[[ -f pyproject.toml ]] || die "no pyproject.toml in $(pwd): copy the whole checkout to the pod (README, \"On RunPod\")"
+[[ -f pyproject.toml ]] || die "no pyproject.toml in $(pwd): copy the whole checkout to the pod (docs/cluster.md, \"RunPod\")"
 
 run python3 -m pip install --quiet -e ".[dev]"
 if ! command -v npm >/dev/null; then
