@@ -8,6 +8,7 @@ import tarfile
 import zipfile
 
 import pytest
+from conftest import damaged_copies
 
 from pipelines.melee.sources import NOT_A_REPLAY, REST, iter_path, list_inputs
 from pipelines.sources import list_files
@@ -199,8 +200,6 @@ def test_unopenable_archive_is_one_input(tmp_path):
 def test_fuzzed_archives_never_stop_the_reader(tmp_path, kind):
     """Random byte damage: the reader yields rows (read, filtered or with a read error), never raises, and names
     each input once."""
-    import random
-
     clean = tmp_path / f"clean.{kind}"
     members = {"a.slp": GAMES[0], "notes.txt": b"gg", "b.slp": GAMES[1]}
     if kind == "zip":
@@ -209,16 +208,9 @@ def test_fuzzed_archives_never_stop_the_reader(tmp_path, kind):
         _7z(clean, members)
     else:
         _tar(clean, members, "w" if kind == "tar" else "w:gz")
-    rng = random.Random(kind)
-    raw = clean.read_bytes()
-    for trial in range(40):
-        damaged = bytearray(raw)
-        for _ in range(rng.randint(1, 8)):
-            damaged[rng.randrange(len(damaged))] = rng.randrange(256)
-        if trial % 4 == 0:
-            damaged = damaged[: rng.randrange(len(damaged))]
+    for trial, damaged in enumerate(damaged_copies(clean.read_bytes(), kind, 40, max_changes=8)):
         path = tmp_path / f"fuzz{trial}.{kind}"
-        path.write_bytes(bytes(damaged))
+        path.write_bytes(damaged)
         rows = _rows(path, tmp_path)
         assert rows and all((data is None) != (error is None and reason is None)
                             for data, error, reason in rows.values())

@@ -6,11 +6,10 @@ Payloads first, then events each one command byte and a payload of the size the 
 from __future__ import annotations
 
 import hashlib
-import random
 import struct
 
 import pytest
-from conftest import shared_data
+from conftest import damaged_copies, shared_data
 
 from pipelines.errors import InputError
 from pipelines.melee.slp import SlpError, SlpFilters, UnsupportedSlpError, parse_slp
@@ -184,16 +183,10 @@ def test_fuzzed_repairable_files_give_rows_or_typed_errors(case):
     another exception."""
     name, code, size, before_start, _ = REFUSED[case]
     _, edited, _ = _with_events(name, code, size, before_start=before_start)
-    rng = random.Random(case)
     outcomes = set()
-    for trial in range(40):
-        damaged = bytearray(edited)
-        for _ in range(rng.randint(1, 6)):
-            damaged[rng.randrange(len(damaged))] = rng.randrange(256)
-        if trial % 4 == 0:
-            damaged = damaged[:rng.randrange(len(damaged))]
+    for damaged in damaged_copies(edited, case, 40, max_changes=6):
         try:
-            table, _ = _parse(bytes(damaged))
+            table, _ = _parse(damaged)
             outcomes.add("row" if table is not None else "filtered")
         except InputError as err:
             outcomes.add(err.reason)
