@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 
 from pipelines.errors import ProtocolError, TruncatedBattleError
 from pipelines.pokemon.dex import Z_MOVE_TYPES, Dex, UnknownDexEntry, move_id, to_id
-from pipelines.pokemon.tracker import BattleTracker, Mon, Side, _caller, _details, _effect_id, _ident
+from pipelines.pokemon.tracker import BattleTracker, Mon, Side, _caller, _details, _effect_id, _ident, moves_since
 from pipelines.pokemon.trajectory import TrajectoryMeta, build_rows, derived_mask
 from shards_schema.pokemon import NUM_MOVES, NUM_SWITCHES
 
@@ -150,13 +150,13 @@ def unmasked(lines: list[str]) -> tuple[list[str], dict[int, Disguise]]:
 _ILLUSION_USERS = re.compile(r"\|(?:switch|drag|replace)\|(p[12])a?: ([^|\n]*)\|Zor(?:oark|ua)\b")
 
 
-def doubtful_switches(lines: list[str]) -> set[int]:
+def doubtful_switches(lines: list[str], log: str) -> set[int]:
     """Indices of the switch-ins that may be an Illusion the log never breaks, so that a spectator cannot tell
     which Pokémon was chosen: a side known (anywhere in the log) to have Zoroark or Zorua, not fainted by then,
     switches in another Pokémon that takes no direct hit before it leaves (a damaging hit breaks an Illusion:
     pokemon-showdown 0.11.11's ``onDamagingHit``) and is not unmasked by a ``|replace|`` (``unmasked`` reads those).
+    ``log``: the lines joined by newlines.
     """
-    log = "\n".join(lines)
     users = {m.groups() for m in _ILLUSION_USERS.finditer(log)}
     if not users:
         return set()
@@ -325,7 +325,7 @@ class SpectatorParser:
         if "|replace|" in log:
             lines, self.disguises = unmasked(lines)
             log = "\n".join(lines)
-        self.doubtful = doubtful_switches(lines) if "|Zor" in log else set()
+        self.doubtful = doubtful_switches(lines, log) if "|Zor" in log else set()
         self.lines = lines
         # side → (disguise, the real Pokémon's moves when it switched in) while an Illusion is unbroken
         self.disguised: dict[str, tuple[Disguise, dict[str, int]]] = {}
@@ -423,10 +423,8 @@ class SpectatorParser:
         view.hp_pct, view.status, view.boosts, view.effects = real.hp_pct, real.status, real.boosts, real.effects
         if real.terastallized:
             view.terastallized, view.tera_type, view.types = True, real.tera_type, real.types
-        for move, used in real.moves.items():
-            gained = used - moves_before.get(move, 0)
-            if move not in moves_before or gained > 0:
-                view.moves[move] = view.moves.get(move, 0) + gained
+        for move, gained in moves_since(real.moves, moves_before).items():
+            view.moves[move] = view.moves.get(move, 0) + gained
         view.active = True
         return view
 

@@ -65,6 +65,14 @@ DYNAMAX_TURNS = 3
 """A Dynamax lasts the turn it starts in and the two after (pokemon-showdown 0.11.11 ``endTurn`` ends it once its
 third end-of-turn residual has counted, before the next ``|turn|``)."""
 
+
+def moves_since(moves: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    """Move id → PP used since ``before`` (the same Pokémon's ``moves`` earlier), for the moves revealed or used
+    since: what an Illusion's disguise seemed to use is the real Pokémon's."""
+    return {move: used - before.get(move, 0) for move, used in moves.items()
+            if move not in before or used > before[move]}
+
+
 class Mon:
     """One Pokémon as the watching player knows it.
 
@@ -314,10 +322,8 @@ class BattleTracker:
             old.boosts, old.effects = {}, set()
             if side.entered is not None and side.entered[0] is old:
                 _, old.hp_pct, old.status, moves_before, old.item, old.ability = side.entered
-                for move, used in old.moves.items():
-                    gained = used - moves_before.get(move, 0)
-                    if move not in moves_before or gained > 0:
-                        mon.moves[move] = mon.moves.get(move, 0) + gained
+                for move, gained in moves_since(old.moves, moves_before).items():
+                    mon.moves[move] = mon.moves.get(move, 0) + gained
                 old.moves = moves_before
             old.active = False
             old.species = old.form
