@@ -48,7 +48,7 @@ def main() -> None:
 
     from models.ppo_policy import RecurrentPolicy, RecurrentPolicyConfig
     from models.world_model import WorldModel, WorldModelConfig
-    from training.melee_selfplay import NUM_ACTIONS, OBS_WIDTH, MeleeRunner
+    from training.melee.selfplay import NUM_ACTIONS, OBS_WIDTH, MeleeRunner
 
     shards = args.shards
     if shards is None:

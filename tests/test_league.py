@@ -80,8 +80,8 @@ def test_shares_must_sum_to_one():
 def test_a_runs_opponent_mix_reaches_each_environments_league(tmp_path):
     """--snapshot-share/--strong-share/--weak-share set the league of either environment; a mix that does not sum
     to 1 is refused before anything starts."""
-    from training.melee_selfplay import MeleeSelfPlay
-    from training.pokemon_selfplay import PokemonSelfPlay
+    from training.melee.selfplay import MeleeSelfPlay
+    from training.pokemon.selfplay import PokemonSelfPlay
     from training.selfplay import SelfPlayConfig
 
     cfg = SelfPlayConfig(out=str(tmp_path), shards="s", snapshot_share=0.45, strong_share=0.5, weak_share=0.05)

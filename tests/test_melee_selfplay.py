@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from pipelines.melee.features import BUTTON_BITS, CAT_FIELDS, CAT_INDEX, CONT_FIELDS, CONT_INDEX, CTRL_PER_PLAYER
-from training.melee_env import frame_outcome, zero_sum_reward
-from training.melee_selfplay import (
+from training.melee.selfplay import (
     CONTROLLER_ACTIONS,
     NUM_ACTIONS,
     OBS_WIDTH,
@@ -18,6 +17,7 @@ from training.melee_selfplay import (
     frame_vector,
     reward_terms,
 )
+from training.melee_env import frame_outcome, zero_sum_reward
 from training.rollout_rules import Frame, normalize_controller
 
 
@@ -88,7 +88,7 @@ def test_a_runner_returns_the_learners_side_only_and_bootstraps_time_limits(synt
     from models.world_model import WorldModel, WorldModelConfig
     from training.fit import Learner
     from training.league import Opponent
-    from training.melee_selfplay import MeleeRunner
+    from training.melee.selfplay import MeleeRunner
     from training.ppo import PPOConfig, update
 
     torch.manual_seed(0)

@@ -22,7 +22,7 @@ def bc_policy():
 
 
 def test_battles_become_a_masked_rollout():
-    from training.pokemon_selfplay import battles_to_rollout
+    from training.pokemon.selfplay import battles_to_rollout
 
     def step(start, value):
         return {"obs": torch.ones(4), "opponent": torch.zeros(2, 4), "opponent_valid": torch.zeros(2, dtype=torch.bool),
@@ -43,7 +43,7 @@ def test_a_runner_plays_real_battles_and_they_train(bc_policy):
     from models.ppo_policy import RecurrentPolicy, RecurrentPolicyConfig
     from training.fit import Learner
     from training.league import Opponent
-    from training.pokemon_selfplay import PokemonRunner, battles_to_rollout
+    from training.pokemon.selfplay import PokemonRunner, battles_to_rollout
     from training.ppo import PPOConfig, sequence_loss, training_sequences, update
 
     cfg = RecurrentPolicyConfig(d_obs=bc_policy.cfg.d_model, num_actions=9, opponent_window=4, d_strategy=16,
@@ -81,9 +81,10 @@ def test_a_short_selfplay_run_in_real_battles(bc_policy, ray_local, tmp_path):
     update trains the critic alone, so the policy still chooses as the offline-RL policy (agreement 1, KL 0)."""
     import csv
 
-    from training.checkpoints import POKEMON_OBSERVATION, live_identity, payload, read_checkpoint
+    from training.checkpoints import live_identity, payload, read_checkpoint
     from training.loop import latest_checkpoint
     from training.offline_rl import TrainConfig
+    from training.registry import POKEMON_OBSERVATION
     from training.selfplay import SelfPlayConfig, run
 
     source = tmp_path / "bc"
@@ -119,7 +120,8 @@ def test_from_scratch_the_encoder_travels_with_the_checkpoint_and_it_plays(ray_l
     from training.evaluate import EvalConfig
     from training.evaluate import run as evaluate
     from training.loop import latest_checkpoint
-    from training.pokemon_selfplay import encoder_from_state, untrained_encoder
+    from training.pokemon.player import encoder_from_state
+    from training.pokemon.selfplay import untrained_encoder
     from training.selfplay import SelfPlayConfig, run_to_end
     from training.selfplay_report import ReportConfig, report
     from training.showdown_server import free_port

@@ -51,7 +51,7 @@ def test_the_cli_lists_every_option(capsys):
 
 def _episode(kind: str, reward: float, score: float):
     from training.league import Opponent
-    from training.melee_selfplay import Episode
+    from training.selfplay_base import Episode
 
     terms = {"damage_dealt": 0.0, "damage_taken": 0.0, "stocks_taken": 0, "stocks_lost": 0}
     return Episode(opponent=Opponent(kind, {"snapshot": "snapshot-000002", "strong": "replay",
@@ -63,7 +63,7 @@ def _episode(kind: str, reward: float, score: float):
 def test_the_window_pools_the_scripted_games_of_its_updates(seed):
     """Self-play's per-update lines, pooled: the same as the mean over the scripted games themselves, whatever
     updates they fell in (updates without any included); the snapshot games never count."""
-    from training.melee_selfplay import RewardTerms
+    from training.melee.selfplay import RewardTerms
     from training.selfplay import episode_metrics
 
     rng = random.Random(seed)

@@ -106,7 +106,7 @@ class Recipe:
     ``loss`` and ``evaluate``."""
 
     config_class: type = TrainerConfig
-    kind: str = ""  # the checkpoint's model family (training/checkpoints.MODEL_KINDS)
+    kind: str = ""  # the checkpoint's model family (a key of training.registry.MODEL_KINDS)
     tag: str = "train"  # log prefix and run name
     sample_unit: str = "samples"  # what ``samples`` counts (the throughput metric is ``<unit>_per_s``)
     stream_fields: tuple[str, ...] = ()  # config fields beyond TrainerConfig.STREAM_FIELDS that shape the stream
@@ -241,10 +241,11 @@ def report_checkpoint(payload: dict, metrics: dict, rank: int, world: int) -> No
         ray.train.report(metrics, checkpoint=checkpoint)
 
 
-def worker_checkpoint(config: dict, device):
+def worker_checkpoint(config: dict, device, kind: str):
     """(checkpoint, resuming): the checkpoint a worker starts from, Ray Train's own when it restarted the run (read
     through its filesystem), else ``--resume``'s (``config["resume_path"]``) or ``--init-from``'s
-    (``config["init_from"]``, weights only: resuming False), else None."""
+    (``config["init_from"]``, weights only: resuming False), else None. ``kind``: the model family the run trains
+    (the driver checked it against the registry, which a worker may lack)."""
     import ray.train
 
     from training.checkpoints import from_state, load_state, read_checkpoint
@@ -252,11 +253,11 @@ def worker_checkpoint(config: dict, device):
     own = ray.train.get_checkpoint()
     if own is not None:
         with own.as_directory() as directory:
-            return from_state(load_state(Path(directory) / "state.pt", device), "Ray Train's checkpoint"), True
+            return from_state(load_state(Path(directory) / "state.pt", device), "Ray Train's checkpoint", kind), True
     if config.get("resume_path"):
-        return read_checkpoint(config["resume_path"], device), True
+        return read_checkpoint(config["resume_path"], device, kind=kind), True
     if config.get("init_from"):
-        return read_checkpoint(config["init_from"], device), False
+        return read_checkpoint(config["init_from"], device, kind=kind), False
     return None, False
 
 
@@ -267,7 +268,7 @@ def train_loop_per_worker(config: dict) -> None:
     import torch
 
     from pipelines.console import Ticker
-    from training.checkpoints import MODEL_KINDS, DataIdentity, config_from_dict, payload, set_rng_state
+    from training.checkpoints import DataIdentity, config_from_dict, payload, set_rng_state
     from training.loop import MetricsWriter, start_worker
     from training.windows import window_batches
 
@@ -275,7 +276,7 @@ def train_loop_per_worker(config: dict) -> None:
     cfg = recipe_class.config_class(**config["cfg"])
     recipe = recipe_class(cfg, config["plan"])
     rank, world, device, cuda = start_worker(cfg, recipe.tag)
-    config_cls, model_cls = MODEL_KINDS[recipe.kind].classes()
+    config_cls, model_cls = config["model_kind"].classes()
     model_config = recipe.on_device(config_from_dict(config_cls, config["model_config"]), cuda)
     model = model_cls(model_config)
     if rank == 0:
@@ -283,7 +284,7 @@ def train_loop_per_worker(config: dict) -> None:
     learner = Learner(model, lr=cfg.lr, weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip, device=device,
                       compile=cfg.compile, prepare=ray.train.torch.prepare_model)
     step = 0
-    start, resuming = worker_checkpoint(config, device)
+    start, resuming = worker_checkpoint(config, device, recipe.kind)
     if start is not None:
         learner.load({"model": start.model, "optimizer": start.optimizer}, optimizer=resuming)
         if resuming:
@@ -374,6 +375,7 @@ def fit(cfg, recipe_class: type[Recipe], callbacks: tuple = (), name: str = ""):
 
     from shards_schema.reader import open_version
     from training.checkpoints import CheckpointError, read_checkpoint, shard_identity
+    from training.registry import model_kind
     from training.windows import stream_dataset, window_stream
 
     ray.data.DataContext.get_current().execution_options.preserve_order = True
@@ -410,7 +412,8 @@ def fit(cfg, recipe_class: type[Recipe], callbacks: tuple = (), name: str = ""):
           f"{cfg.batch_size} windows ({first_epoch.num_rows} windows an epoch)")
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"recipe": recipe_class, "cfg": dataclasses.asdict(cfg), "plan": plan,
+        train_loop_config={"recipe": recipe_class, "model_kind": model_kind(recipe.kind),
+                           "cfg": dataclasses.asdict(cfg), "plan": plan,
                            "model_config": dataclasses.asdict(model_config), "data": dataclasses.asdict(identity),
                            "first_step": first_step, "resume_path": latest, "init_from": cfg.init_from,
                            "run_folder": str(local_run_folder(cfg.out))},

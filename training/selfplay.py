@@ -17,9 +17,9 @@ the checkpoint every ``checkpoint_every``), so a sweep's scheduler (``tune/ppo_s
 collects a worker's report once per health check (2 s by default) and holds one at a time: updates shorter than that
 wait for it.
 
-Environments (``ENVIRONMENTS``): ``melee``, the world model (``training/melee_selfplay.py``), and ``pokemon``,
+Environments (``ENVIRONMENTS``): ``melee``, the world model (``training/melee/selfplay.py``), and ``pokemon``,
 real battles on each runner's own local Showdown server on top of an offline-RL checkpoint
-(``training/pokemon_selfplay.py``).
+(``training/pokemon/selfplay.py``).
 """
 
 from __future__ import annotations
@@ -35,14 +35,11 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 
-ENVIRONMENTS = {"melee": "training.melee_selfplay.MeleeSelfPlay",
-                "pokemon": "training.pokemon_selfplay.PokemonSelfPlay"}
+from training.selfplay_base import ACTOR_SCHEDULING  # noqa: E402  (after the path set-up above)
+
+ENVIRONMENTS = {"melee": "training.melee.selfplay.MeleeSelfPlay",
+                "pokemon": "training.pokemon.selfplay.PokemonSelfPlay"}
 """Each environment's side of a run: policy shape, league, runners, how their results make a rollout."""
-ACTOR_SCHEDULING = "DEFAULT"
-"""Where the learner's runner and league actors go: on the cluster, never into the learner's own placement group.
-Inside a Tune trial (``tune/ppo_sweep.py``) the learner inherits the trial's capture of child tasks, and a runner
-asking 1 CPU was put into the learner's bundle of 0.5 and refused ("cannot fit into any bundles for the placement
-group")."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -218,18 +215,6 @@ class LeagueActor:
         return self.league.state_dict()
 
 
-def load_world_model(cfg: SelfPlayConfig):
-    import torch
-
-    from models.world_model import WorldModel, WorldModelConfig
-    from training.world_model import load_model
-
-    if cfg.world_model == "untrained":
-        torch.manual_seed(cfg.seed)
-        return WorldModel(WorldModelConfig.preset(cfg.world_model_preset)).eval()
-    return load_model(cfg.world_model)
-
-
 def episode_metrics(episodes: list, terms: tuple[str, ...], knockout_term: str, bots: tuple[str, ...] = ()) -> dict:
     """Per reward term and behaviour over the games that finished this update: games, win rate and mean return
     against each opponent kind and win rate against each scripted bot of ``bots``, damage dealt and taken,
@@ -277,7 +262,7 @@ def train_loop_per_worker(config: dict) -> None:
     env.start_policy(policy)
     learner = Learner(policy, lr=ppo.lr, weight_decay=0.0, grad_clip=ppo.grad_clip, device=device)
     first_update, league_state = 0, None
-    start, _ = worker_checkpoint(config, device)
+    start, _ = worker_checkpoint(config, device, env.kind)
     if start is not None:
         learner.load({"model": start.model, "optimizer": start.optimizer}, optimizer=True)
         set_rng_state(start.rng[0])

@@ -1,8 +1,8 @@
 """Self-play in real Pokémon battles: poke-env players on a local Showdown server (127.0.0.1, an explicit port,
 stopped by PID), the learner playing with the self-play policy on top of a frozen offline-RL policy's turn features.
 
-The learner's player sees exactly what evaluation sees (``training/evaluate.py``'s player: the server's protocol
-through the project's tracker and observation spec); per turn it reads the offline-RL policy's features of its
+The learner's player (``training/pokemon/player.SelfPlayPlayer``) sees exactly what evaluation sees (the server's
+protocol through the project's tracker and observation spec); per turn it reads the offline-RL policy's features of its
 battle so far (frozen), the features of its previous turns as the opponent's recent behaviour (what the opponent did
 shows in them), and chooses with ``models/ppo_policy.RecurrentPolicy``, keeping one LSTM state per battle. It
 records its own decisions only. Reward: +1 a win, -1 a loss, 0 a tie, at the battle's last decision (terminal).
@@ -14,75 +14,31 @@ at the end, with ``Rollout.mask`` False on the padding.
 from __future__ import annotations
 
 import asyncio
+import collections
+import copy
 
 import torch
+from poke_env import AccountConfiguration, ServerConfiguration
+from poke_env import player as players
+
+from models.pokemon_policy import NUM_POLICY_ACTIONS, PokemonPolicy, PolicyConfig
+from models.ppo_policy import RecurrentPolicy, RecurrentPolicyConfig
+from pipelines.pokemon.observation import vocabulary
+from shards_schema.pokemon import CODE_VERSIONS as POKEMON_TURNS
+from training.checkpoints import live_identity, read_checkpoint
+from training.pokemon.player import SelfPlayPlayer, encoder_from_state, encoder_state
+from training.ppo import Rollout
+from training.registry import POKEMON_OBSERVATION
+from training.selfplay_base import ACTOR_SCHEDULING, Episode
+from training.showdown_server import free_port, showdown_server
 
 OPPONENT_CLASSES = {"heuristic": "SimpleHeuristicsPlayer", "maxbp": "MaxBasePowerPlayer", "random": "RandomPlayer"}
 """Scripted opponents by league name: ``heuristic`` and ``maxbp`` strong, ``random`` weak."""
 
 
-def make_selfplay_player_class():
-    """The learner's poke-env player class (imported lazily: poke-env is only needed to play)."""
-    from training.evaluate import make_player_class
-
-    base = make_player_class()
-
-    class SelfPlayPlayer(base):
-        """Chooses with the self-play policy over the offline-RL policy's turn features; records its decisions."""
-
-        def __init__(self, bc_model, context: int, policy, *args, record: bool = True, greedy: bool = False,
-                     seed: int = 0, **kwargs):
-            super().__init__(bc_model, context, *args, **kwargs)
-            self.policy, self.record, self.greedy = policy.eval(), record, greedy
-            self.states: dict[str, tuple] = {}
-            self.steps: dict[str, list[dict]] = {}
-            self.finished: list[tuple] = []  # (decisions, result, (knockouts dealt, taken), opponent)
-            self.opponent = None  # the league's Opponent of the battles now being played
-            self.generator = torch.Generator().manual_seed(seed)
-
-        def select(self, battle, tokens, numeric, legal) -> int:
-            tag, window = battle.battle_tag, self.policy.cfg.opponent_window
-            with torch.no_grad():
-                features = self.model.features(tokens, numeric, torch.ones(legal.shape[:2], dtype=torch.bool))[0]
-                past = features[:-1][-window:]  # (≤ N, d): its earlier turns, what the opponent did shows in them
-                opponent = torch.zeros(window, features.shape[-1])
-                valid = torch.zeros(window, dtype=torch.bool)
-                if len(past):
-                    opponent[window - len(past):], valid[window - len(past):] = past, True
-                start = tag not in self.states
-                state = self.states.get(tag) or self.policy.initial_state(1)
-                out = self.policy.step(features[-1][None], opponent[None], valid[None], torch.tensor([start]),
-                                       legal[0, -1][None], state)
-                probs = torch.softmax(out.logits[0, 0].float(), -1)
-                # greedy: evaluation, as evaluate.py's player (the same choice as the offline-RL policy at step 0)
-                action = int(probs.argmax()) if self.greedy else int(torch.multinomial(probs, 1,
-                                                                                         generator=self.generator))
-            self.states[tag] = out.state
-            if self.record:
-                self.steps.setdefault(tag, []).append({
-                    "obs": features[-1], "opponent": opponent, "opponent_valid": valid, "legal": legal[0, -1],
-                    "episode_start": start, "actions": action, "logp": torch.log(probs[action]),
-                    "values": out.values[0, 0], "h": state[0][0], "c": state[1][0]})
-            return action
-
-        def _battle_finished_callback(self, battle):
-            steps = self.steps.pop(battle.battle_tag, [])
-            self.states.pop(battle.battle_tag, None)
-            if self.record and steps:
-                result = 1.0 if battle.won else -1.0 if battle.lost else 0.0
-                knockouts = (sum(mon.fainted for mon in battle.opponent_team.values()),
-                             sum(mon.fainted for mon in battle.team.values()))
-                self.finished.append((steps, result, knockouts, self.opponent))
-            super()._battle_finished_callback(battle)
-
-    return SelfPlayPlayer
-
-
 def battles_to_rollout(battles: list[tuple], seq_len: int):
     """Finished battles → a ``training/ppo.Rollout``, one battle per column, padded at the end to a multiple of
     ``seq_len`` (``mask`` False there); the result is the reward of each battle's last decision, which is terminal."""
-    from training.ppo import Rollout
-
     longest = max(len(steps) for steps, *_ in battles)
     t = -(-longest // seq_len) * seq_len
     n = len(battles)
@@ -120,9 +76,6 @@ class PokemonRunner:
 
     def __init__(self, bc_model, context: int, policy_cfg, *, battle_format: str = "gen9randombattle",
                  seed: int = 0, draw_opponent=None, snapshot_weights=None, concurrency: int = 2):
-        from models.ppo_policy import RecurrentPolicy
-        from training.showdown_server import free_port, showdown_server
-
         self.bc_model, self.context, self.policy_cfg = bc_model.eval(), context, policy_cfg
         self.format, self.seed, self.concurrency = battle_format, seed, concurrency
         self.draw_opponent, self.snapshot_weights = draw_opponent, snapshot_weights
@@ -132,29 +85,20 @@ class PokemonRunner:
         self.rounds = 0
 
     def _opponent(self, opponent, tag: str):
-        from poke_env import AccountConfiguration, ServerConfiguration
-        from poke_env import player as players
-
-        from models.ppo_policy import RecurrentPolicy
-
         server = ServerConfiguration(self.url, None)
         account = AccountConfiguration(f"rf opp {tag}", None)
         common = dict(server_configuration=server, battle_format=self.format, max_concurrent_battles=self.concurrency)
         if opponent.kind == "snapshot":
             policy = RecurrentPolicy(self.policy_cfg)
             policy.load_state_dict(self.snapshot_weights(opponent.name))
-            return make_selfplay_player_class()(self.bc_model, self.context, policy, account, record=False,
-                                                seed=self.seed + 1, **common)
+            return SelfPlayPlayer(self.bc_model, self.context, policy, account, record=False, seed=self.seed + 1,
+                                  **common)
         return getattr(players, OPPONENT_CLASSES[opponent.name])(account, **common)
 
     def collect(self, weights: dict, battles: int) -> tuple[list[tuple], list]:
         """``battles`` battles with the learner's ``weights``, each against its own opponent drawn from the league
         (battles against the same opponent run together): (the learner's recorded battles as (decisions, result,
         knockouts, opponent), an ``Episode`` per finished one)."""
-        import collections
-
-        from poke_env import AccountConfiguration, ServerConfiguration
-
         self.policy.load_state_dict(weights)
         drawn = collections.Counter(self.draw_opponent() for _ in range(battles))
         self.rounds += 1
@@ -162,7 +106,7 @@ class PokemonRunner:
         made = {}
 
         async def play():  # players are made inside the loop that runs them, as training/evaluate.py does
-            learner = made["learner"] = make_selfplay_player_class()(
+            learner = made["learner"] = SelfPlayPlayer(
                 self.bc_model, self.context, self.policy, AccountConfiguration(f"rf learner {tag}", None),
                 server_configuration=ServerConfiguration(self.url, None), battle_format=self.format,
                 max_concurrent_battles=self.concurrency, seed=self.seed + self.rounds)
@@ -175,8 +119,6 @@ class PokemonRunner:
             await asyncio.gather(*(c.ps_client.stop_listening() for c in clients), return_exceptions=True)
 
         asyncio.run(play())
-        from training.melee_selfplay import Episode
-
         finished = made["learner"].finished
         return finished, [Episode(opponent=opponent, side=0, frames=len(steps),
                                   terms={"result": result, "knockouts_dealt": dealt, "knockouts_taken": taken},
@@ -190,31 +132,8 @@ class PokemonRunner:
 def untrained_encoder(preset: str, seed: int):
     """A fresh, frozen turn encoder (``models/pokemon_policy.PokemonPolicy`` of ``preset`` over this code's
     vocabulary, initialised from ``seed``): the observations of a run from scratch, with no offline-RL policy."""
-    from models.pokemon_policy import PokemonPolicy, PolicyConfig
-    from pipelines.pokemon.observation import vocabulary
-    from shards_schema.versions import POKEMON_TURNS
-
     torch.manual_seed(seed)
     return PokemonPolicy(PolicyConfig.preset(preset, len(vocabulary(POKEMON_TURNS.observation)))).eval()
-
-
-def encoder_state(model, context: int, source: str) -> dict:
-    """The frozen turn encoder as a self-play checkpoint keeps it (``extra["encoder"]``): evaluation and resume
-    rebuild it from the checkpoint alone, whatever became of ``--policy-init``."""
-    import dataclasses
-
-    return {"model_config": dataclasses.asdict(model.cfg), "model": model.state_dict(), "context": int(context),
-            "source": source}
-
-
-def encoder_from_state(state: dict):
-    """(frozen encoder, context) from ``encoder_state``'s dict."""
-    from models.pokemon_policy import PokemonPolicy, PolicyConfig
-    from training.checkpoints import config_from_dict
-
-    model = PokemonPolicy(config_from_dict(PolicyConfig, state["model_config"]))
-    model.load_state_dict(state["model"])
-    return model.eval().requires_grad_(False), int(state["context"])
 
 
 class PokemonSelfPlay:
@@ -230,8 +149,6 @@ class PokemonSelfPlay:
     knockout_term = "knockouts_dealt"
 
     def __init__(self, cfg):
-        from training.checkpoints import POKEMON_OBSERVATION, live_identity, read_checkpoint
-
         self.cfg = cfg
         if cfg.policy_init:
             self.checkpoint = read_checkpoint(cfg.policy_init, kind="pokemon_policy")
@@ -247,9 +164,6 @@ class PokemonSelfPlay:
         self.num_envs = cfg.num_runners * cfg.battles_per_runner  # rollout columns: one per battle
 
     def policy_config(self):
-        from models.pokemon_policy import NUM_POLICY_ACTIONS
-        from models.ppo_policy import RecurrentPolicyConfig
-
         return RecurrentPolicyConfig(d_obs=self.bc.cfg.d_model, num_actions=NUM_POLICY_ACTIONS,
                                      opponent_window=self.cfg.opponent_window, strategy_heads=2,
                                      d_lstm=self.cfg.d_lstm)
@@ -264,8 +178,6 @@ class PokemonSelfPlay:
         """With ``--policy-init``, the offline-RL policy's actor head (frozen, a copy), mapping the observations to
         the logits of the policy the run started from (``--reference-kl``); from scratch, None. Called after
         ``restore``, so a resumed run's reference is the checkpointed encoder's head."""
-        import copy
-
         if not self.cfg.policy_init:
             return None
         return copy.deepcopy(self.bc.actor).requires_grad_(False)
@@ -285,9 +197,7 @@ class PokemonSelfPlay:
         return self.data
 
     def runners(self, policy_cfg, first_update: int, draw, weights_of) -> list:
-        import ray
-
-        from training.selfplay import ACTOR_SCHEDULING
+        import ray  # not at the top: ray is imported only after training/loop.init_local_ray (pipelines/ray_start.py)
 
         cls = ray.remote(num_cpus=self.cfg.cpus_per_runner, scheduling_strategy=ACTOR_SCHEDULING)(PokemonRunner)
         return [cls.remote(self.bc, self.context, policy_cfg, battle_format=self.cfg.battle_format,

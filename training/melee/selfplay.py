@@ -14,7 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
+from models.ppo_policy import RecurrentPolicy, RecurrentPolicyConfig
+from models.world_model import WorldModel, WorldModelConfig
 from pipelines.melee.features import (
     BINARY_FIELDS,
     BUTTON_BITS,
@@ -23,8 +26,14 @@ from pipelines.melee.features import (
     CTRL_PER_PLAYER,
     PLAYERS,
 )
-from training.melee_env import FrameOutcome
+from shards_schema.reader import open_version
+from training.checkpoints import shard_identity
+from training.melee_env import FrameOutcome, MeleeWorldEnv
+from training.ppo import Rollout, concat_rollouts
 from training.rollout_rules import CLASSES, Frame
+from training.selfplay_base import ACTOR_SCHEDULING, Episode
+from training.world_model import load_model
+from training.world_model_rollout import RandomPolicy, game_row, replay_controllers
 
 A, B, X, Z, L, R = 0x100, 0x200, 0x400, 0x10, 0x40, 0x20
 CONTROLLER_ACTIONS: tuple[tuple[str, tuple[int, ...], float, float, float, float, float], ...] = (
@@ -128,8 +137,6 @@ class RecordedController:
     seed window (neutral past the game's end): what the human did in that spot."""
 
     def __init__(self, version, info: dict, player: int, frames: int, seed_frames: int):
-        from training.world_model_rollout import game_row, replay_controllers
-
         game = game_row(version, info["game_id"])
         first = info["seed_start"] + seed_frames
         self.ctrl = replay_controllers(version, game, first, frames)[:, player * CTRL_PER_PLAYER:
@@ -146,8 +153,6 @@ class PolicyController:
     """A snapshot of the policy playing one side, with its own memory and its own view of its opponent."""
 
     def __init__(self, policy, window: int):
-        import torch
-
         self.policy, self.window = policy, window
         self.state = policy.initial_state(1)
         self.history: list[np.ndarray] = []  # its opponent's (the learner's) recent frames, from that side
@@ -155,8 +160,6 @@ class PolicyController:
         self.generator = torch.Generator().manual_seed(0)
 
     def act(self, frame: Frame, player: int) -> np.ndarray:
-        import torch
-
         obs = torch.from_numpy(frame_vector(frame, player))[None]
         self.history = (self.history + [frame_vector(frame, 1 - player)])[-self.window:]
         opponent, valid = window_arrays(self.history, self.window)
@@ -179,31 +182,9 @@ def window_arrays(history: list[np.ndarray], window: int) -> tuple[np.ndarray, n
     return out, valid
 
 
-@dataclass
-class Episode:
-    """One finished game of the learner, for metrics and the league.
-
-    Attributes:
-        opponent: who it played (kind, name).
-        side: the learner's port index (0 = p0).
-        frames: frames played.
-        terms: each reward term summed over the game (damage dealt and taken in percent, stocks taken and lost).
-        reward: the summed reward.
-        score: 1 a win (the opponent's stocks ran out, or more stocks, then less damage, at the time limit), 0.5 a
-            draw, 0 a loss.
-        truncated: ended by the time limit.
-    """
-
-    opponent: object
-    side: int
-    frames: int
-    terms: dict
-    reward: float
-    score: float
-    truncated: bool
-
-
 def _score(frame: Frame, side: int) -> float:
+    """The learner's ``Episode.score``: 1 a win (the opponent's stocks ran out, or more stocks, then less damage, at
+    the time limit), 0.5 a draw, 0 a loss."""
     mine, theirs = frame.stocks(side), frame.stocks(1 - side)
     if mine != theirs:
         return 1.0 if mine > theirs else 0.0
@@ -224,11 +205,6 @@ class MeleeRunner:
     def __init__(self, world_model, shards, policy_cfg, *, num_envs: int, seed: int, seed_frames: int = 60,
                  max_frames: int = 600, reward_per_percent: float = 0.01, draw_opponent=None,
                  snapshot_weights=None, torch_threads: int = 1):
-        import torch
-
-        from models.ppo_policy import RecurrentPolicy
-        from training.melee_env import MeleeWorldEnv
-
         if torch_threads:
             torch.set_num_threads(torch_threads)  # batch-1 model steps: one thread is fastest on CPU
         self.policy_cfg, self.reward_per_percent = policy_cfg, reward_per_percent
@@ -244,9 +220,6 @@ class MeleeRunner:
         self.state = self.policy.initial_state(num_envs)
 
     def _opponent_controller(self, opponent, env, info: dict, side: int):
-        from models.ppo_policy import RecurrentPolicy
-        from training.world_model_rollout import RandomPolicy
-
         if opponent.kind == "snapshot":
             policy = self._snapshots.get(opponent.name)
             if policy is None:
@@ -287,10 +260,6 @@ class MeleeRunner:
     def collect(self, weights: dict, steps: int):
         """``steps`` steps of every game with the learner's ``weights``: (``training/ppo.Rollout``, finished
         ``Episode``s). Games carry over between calls, as does the learner's memory."""
-        import torch
-
-        from training.ppo import Rollout
-
         self.policy.load_state_dict(weights)
         n = len(self.envs)
         keys = ("obs", "opponent", "opponent_valid", "episode_start", "actions", "logp", "values", "rewards",
@@ -381,8 +350,6 @@ class MeleeSelfPlay:
         self.num_envs = cfg.num_runners * cfg.envs_per_runner  # rollout columns: every runner's games
 
     def policy_config(self):
-        from models.ppo_policy import RecurrentPolicyConfig
-
         return RecurrentPolicyConfig(d_obs=OBS_WIDTH, num_actions=NUM_ACTIONS,
                                      opponent_window=self.cfg.opponent_window, d_lstm=self.cfg.d_lstm)
 
@@ -404,15 +371,10 @@ class MeleeSelfPlay:
         return self.cfg.league(strong=("replay",), weak=("random",))
 
     def identity(self):
-        from shards_schema.reader import open_version
-        from training.checkpoints import shard_identity
-
         return shard_identity(open_version(self.cfg.shards))
 
     def runners(self, policy_cfg, first_update: int, draw, weights_of) -> list:
-        import ray
-
-        from training.selfplay import ACTOR_SCHEDULING, load_world_model
+        import ray  # not at the top: ray is imported only after training/loop.init_local_ray (pipelines/ray_start.py)
 
         world_model = load_world_model(self.cfg)
         cls = ray.remote(num_cpus=self.cfg.cpus_per_runner, scheduling_strategy=ACTOR_SCHEDULING)(MeleeRunner)
@@ -425,10 +387,17 @@ class MeleeSelfPlay:
         """(rollout of every runner's games side by side, finished ``Episode``s)."""
         import ray
 
-        from training.ppo import concat_rollouts
-
         results = ray.get([r.collect.remote(weights_ref, ppo.rollout_steps) for r in runners])
         return concat_rollouts([r for r, _ in results]), [e for _, episodes in results for e in episodes]
 
     def close(self, runners: list) -> None:
         """Nothing outside the runners' processes to stop."""
+
+
+def load_world_model(cfg):
+    """The world model a run's games play in: ``cfg.world_model``'s checkpoint, or with ``untrained`` a fresh model
+    of ``cfg.world_model_preset`` initialised from ``cfg.seed``."""
+    if cfg.world_model == "untrained":
+        torch.manual_seed(cfg.seed)
+        return WorldModel(WorldModelConfig.preset(cfg.world_model_preset)).eval()
+    return load_model(cfg.world_model)

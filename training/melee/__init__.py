@@ -1,0 +1,1 @@
+"""Melee on the training side: self-play in the world model (``selfplay.py``)."""
