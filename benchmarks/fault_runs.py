@@ -32,18 +32,19 @@ import time
 from collections import Counter
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+# tools/ is not an installed package (pyproject's packages.find): the checkout's root on the path imports it
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_REGION="us-east-1")
 
-from pipelines.parse_replays import ParseConfig, run, store_failure  # noqa: E402
-from shards_schema import storage  # noqa: E402
-from shards_schema.reader import open_version  # noqa: E402
-from tools.fault_proxy import FaultProxy, Faults  # noqa: E402
-from tools.local_s3 import LocalS3Server, create_bucket  # noqa: E402
+from pipelines.parse_replays import ParseConfig, run, store_failure
+from pipelines.ray_start import start_ray
+from shards_schema import storage
+from shards_schema.reader import open_version
+from tools.fault_proxy import FaultProxy, Faults
+from tools.local_s3 import LocalS3Server, create_bucket
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
 BENCH = REPO_ROOT.parent / "shared" / "data" / "pokemon" / "bench_replays"
 KINDS = {
     "throttle": dict(slow_down=0.3),
@@ -96,8 +97,6 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if not BENCH.exists():
         sys.exit(f"{BENCH} is not available")
-    from pipelines.ray_start import start_ray
-
     start_ray(num_cpus=2, log_to_driver=False)
     with tempfile.TemporaryDirectory() as tmp:
         server = LocalS3Server(Path(tmp) / "moto.log")

@@ -32,6 +32,8 @@ from parse_worker_protocol import protocol_stream, serve
 
 
 def _install_stand_ins():
+    # Metamon here and in main, not at the top: imported once main has set the protocol stream aside, nothing it
+    # prints while importing can reach that stream
     from metamon.data.team_prediction import team as mm_team
     from metamon.data.team_prediction.predictor import TeamPredictor
     from poke_env.data.gen_data import GenData

@@ -15,12 +15,11 @@ import logging
 import re
 
 from parse_worker_protocol import protocol_stream, serve
+from poke_env.battle import Battle
 
 
 def poke_env_baseline(replay: dict) -> int:
     """The number of deep-copied snapshots (one per turn and player)."""
-    from poke_env.battle import Battle
-
     gen = int(re.match(r"gen(\d)", replay["formatid"]).group(1))
     logger = logging.getLogger("baseline")
     logger.setLevel(logging.CRITICAL)

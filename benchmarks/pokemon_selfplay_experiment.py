@@ -20,22 +20,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+import torch
+
+from models.ppo_policy import RecurrentPolicy
+from shards_schema import storage
+from training.checkpoints import payload, state_file
+from training.evaluate import EvalConfig
+from training.evaluate import run as play
+from training.selfplay import SelfPlayConfig, run_to_end
+from training.selfplay_report import ReportConfig, report
+from training.showdown_server import free_port
 
 
 def initial_checkpoint(cfg, path: Path) -> Path:
     """The policy a run of ``cfg`` starts from, as a step-0 self-play checkpoint (the learner's own construction:
     seed, policy, ``start_policy``; ``training/selfplay.train_loop_per_worker``)."""
-    import torch
-
-    from models.ppo_policy import RecurrentPolicy
-    from training.checkpoints import payload
-
     env = cfg.environment()
     torch.manual_seed(cfg.seed)
     policy = RecurrentPolicy(env.policy_config())
@@ -48,10 +49,6 @@ def initial_checkpoint(cfg, path: Path) -> Path:
 
 
 def evaluate(checkpoint: str, args, label: str) -> list[dict]:
-    from training.evaluate import EvalConfig
-    from training.evaluate import run as play
-    from training.showdown_server import free_port
-
     print(f"[experiment] evaluating {label}: {checkpoint}")
     rows = play(EvalConfig(checkpoint=checkpoint, port=free_port(), battles=args.battles, formats=[args.format],
                            opponents=args.opponents, concurrency=4))
@@ -59,11 +56,6 @@ def evaluate(checkpoint: str, args, label: str) -> list[dict]:
 
 
 def main() -> None:
-    from shards_schema import storage
-    from training.checkpoints import state_file
-    from training.selfplay import SelfPlayConfig, run_to_end
-    from training.selfplay_report import ReportConfig, report
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work-dir", default="/tmp/replayforge_selfplay_experiment")
     parser.add_argument("--policy-init", default="", help="offline-RL checkpoint to fine-tune (empty: from scratch)")

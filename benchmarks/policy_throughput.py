@@ -17,12 +17,16 @@ import argparse
 import sys
 from pathlib import Path
 
+import torch
+from torch import nn
+
+# benchmarks/ is not an installed package (pyproject's packages.find): the checkout's root on the path imports it
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-
-from benchmarks.timing import peak_memory, reset_peak_memory, seconds_per_call  # noqa: E402
+from benchmarks.timing import peak_memory, reset_peak_memory, seconds_per_call
+from models.pokemon_policy import PokemonPolicy, PolicyConfig
+from pipelines.pokemon.observation import vocabulary
+from shards_schema.pokemon import OBS_NUMERIC, OBS_WORDS
+from training.offline_rl import TrainConfig, compute_losses
 
 H100_BF16_PEAK_TFLOPS = 989.0
 """Dense bf16 tensor-core peak of an H100 SXM (also an H200's), from NVIDIA's data sheet: the default on CUDA."""
@@ -37,11 +41,6 @@ def flops_per_token(model: nn.Module, n_layers: int, context: int, d_model: int)
 def measure(preset: str, device: torch.device, batch: int, context: int, steps: int, compile: bool = False,
             peak_tflops: float | None = None) -> dict:
     """Tokens/s of training steps; MFU against ``peak_tflops`` (None: no MFU)."""
-    from models.pokemon_policy import PokemonPolicy, PolicyConfig
-    from pipelines.pokemon.observation import vocabulary
-    from shards_schema.pokemon import OBS_NUMERIC, OBS_WORDS
-    from training.offline_rl import TrainConfig, compute_losses
-
     torch.manual_seed(0)
     cfg = PolicyConfig.preset(preset, len(vocabulary()))
     model = PokemonPolicy(cfg).to(device)

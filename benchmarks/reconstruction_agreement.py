@@ -14,12 +14,8 @@ the chosen action; ``action.coverage``: of the chosen actions, the share the rec
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from pipelines.pokemon.agreement import Agreement, add_generated_battles  # noqa: E402
+from pipelines.pokemon.agreement import Agreement, add_generated_battles
 
 
 def main() -> None:

@@ -14,17 +14,21 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
+
+from models.ppo_policy import RecurrentPolicy, RecurrentPolicyConfig
+from models.world_model import WorldModel, WorldModelConfig
+from pipelines.parse_replays import ParseConfig
+from pipelines.parse_replays import run as parse
+from pipelines.ray_start import start_ray
+from training.league import Opponent
+from training.melee.selfplay import NUM_ACTIONS, OBS_WIDTH, MeleeRunner
 
 
 def _draw():
-    from training.league import Opponent
-
     kinds = itertools.cycle([Opponent("weak", "random"), Opponent("strong", "replay")])
     return lambda: next(kinds)
 
@@ -40,21 +44,11 @@ def main() -> None:
     parser.add_argument("--world-model-preset", default="tiny")
     args = parser.parse_args()
 
-    from pipelines.ray_start import start_ray
-
     start_ray(num_cpus=2, log_to_driver=False)
-    import ray
-    import torch
-
-    from models.ppo_policy import RecurrentPolicy, RecurrentPolicyConfig
-    from models.world_model import WorldModel, WorldModelConfig
-    from training.melee.selfplay import NUM_ACTIONS, OBS_WIDTH, MeleeRunner
+    import ray  # after start_ray, which imports it first (Ray reads its single-machine switch once, at import)
 
     shards = args.shards
     if shards is None:
-        from pipelines.parse_replays import ParseConfig
-        from pipelines.parse_replays import run as parse
-
         shards = str(parse(ParseConfig.tiny(source="slp", out=tempfile.mkdtemp(), num_battles=4),
                            log=lambda *_: None).path)
     torch.manual_seed(0)

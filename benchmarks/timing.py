@@ -3,13 +3,15 @@ queue drained before and after (kernels run asynchronously; without the syncs th
 
 from __future__ import annotations
 
+import resource
+import sys
 import time
 from collections.abc import Callable
 
+import torch
+
 
 def seconds_per_call(fn: Callable[[], object], calls: int, *, warmup: int = 1, cuda: bool = False) -> float:
-    import torch
-
     for _ in range(warmup):  # kernels chosen, allocator settled
         fn()
     if cuda:
@@ -24,8 +26,6 @@ def seconds_per_call(fn: Callable[[], object], calls: int, *, warmup: int = 1, c
 
 def reset_peak_memory(device) -> None:
     """Start a new peak-memory window on CUDA (CPU has none: its figure is the process's peak)."""
-    import torch
-
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
@@ -33,11 +33,6 @@ def reset_peak_memory(device) -> None:
 def peak_memory(device) -> str:
     """The peak memory since ``reset_peak_memory``, labelled: allocated CUDA memory on a GPU, else the process's
     peak resident set (``getrusage``; it covers everything the process did so far, not only the last measurement)."""
-    import resource
-    import sys
-
-    import torch
-
     if device.type == "cuda":
         return f"peak GPU memory {torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB"
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS

@@ -15,13 +15,14 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
+# benchmarks/ is not an installed package (pyproject's packages.find): the checkout's root on the path imports it
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import torch  # noqa: E402
-
-from benchmarks.timing import peak_memory, reset_peak_memory, seconds_per_call  # noqa: E402
-from models.world_model import FrameState, WorldModel, WorldModelConfig  # noqa: E402
-from pipelines.melee.features import BINARY_FIELDS, CAT_FIELDS, CONT_FIELDS, CTRL_FEATURES  # noqa: E402
+from benchmarks.timing import peak_memory, reset_peak_memory, seconds_per_call
+from models.world_model import FrameState, WorldModel, WorldModelConfig
+from pipelines.melee.features import BINARY_FIELDS, CAT_FIELDS, CONT_FIELDS, CTRL_FEATURES
+from training.world_model import train_step
 
 
 def random_frames(batch: int, frames: int, device) -> tuple[FrameState, torch.Tensor, torch.Tensor]:
@@ -38,8 +39,6 @@ def random_frames(batch: int, frames: int, device) -> tuple[FrameState, torch.Te
 
 
 def training_frames_per_s(model, device, batch: int, context: int, steps: int) -> float:
-    from training.world_model import train_step
-
     state, ctrl, stage = random_frames(batch, context + 1, device)
     window = {"cont": state.cont, "cont_valid": state.cont_valid, "binary": state.binary,
               "binary_valid": torch.ones_like(state.binary, dtype=torch.bool), "cat": state.cat, "ctrl": ctrl,

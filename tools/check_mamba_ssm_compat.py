@@ -25,8 +25,12 @@ import types
 import urllib.request
 from pathlib import Path
 
+import torch
+import torch.nn.functional as F
+
+from models.mamba2 import Mamba2, Mamba2Config, ssd_chunked
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 
 
 def fetch_sources(version: str, cache: Path) -> Path:
@@ -82,10 +86,11 @@ def import_reference(root: Path):
         module = types.ModuleType(package)
         module.__path__ = [str(root / package.replace(".", "/"))]
         sys.modules[package] = module
-    from mamba_ssm.modules.mamba2 import Mamba2
+    # only now: these resolve through the stand-ins and package paths set above (downloaded sources, no install)
+    from mamba_ssm.modules.mamba2 import Mamba2 as ReferenceMamba2
     from mamba_ssm.modules.ssd_minimal import ssd_minimal_discrete
 
-    return Mamba2, ssd_minimal_discrete
+    return ReferenceMamba2, ssd_minimal_discrete
 
 
 def main() -> None:
@@ -94,14 +99,9 @@ def main() -> None:
     parser.add_argument("--cache", default=str(REPO_ROOT / ".cache" / "mamba_ssm"))
     args = parser.parse_args()
     try:
-        import einops  # noqa: F401 - mamba_ssm's modules import it
+        import einops  # noqa: F401 - mamba_ssm's modules import it; not a dependency of ours, so checked here
     except ImportError:
         raise SystemExit("mamba_ssm's sources need einops: pip install einops") from None
-    import torch
-    import torch.nn.functional as F
-
-    from models.mamba2 import Mamba2, Mamba2Config, ssd_chunked
-
     Reference, ssd_minimal_discrete = import_reference(fetch_sources(args.version, Path(args.cache)))
     ok = True
     for shape in (dict(d_model=64, d_state=16, headdim=16, expand=2, ngroups=1),

@@ -19,6 +19,7 @@ are gone, stalls included; a proxy starts once.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import http.client
 import http.server
@@ -26,6 +27,7 @@ import re
 import socket
 import socketserver
 import struct
+import termios
 import threading
 import time
 import urllib.parse
@@ -112,13 +114,11 @@ def request_key(path: str) -> str:
 
 
 def _unacknowledged_bytes(sock: socket.socket) -> int:
-    """Bytes sent on ``sock`` that its peer has not acknowledged yet (Linux's TIOCOUTQ; 0 elsewhere)."""
+    """Bytes sent on ``sock`` that its peer has not acknowledged yet (Linux's TIOCOUTQ; 0 where termios lacks it, as
+    on macOS)."""
     try:
-        import fcntl
-        import termios
-
         return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
-    except (ImportError, AttributeError, OSError):
+    except (AttributeError, OSError):
         return 0
 
 

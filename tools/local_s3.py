@@ -10,6 +10,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pyarrow.fs as pafs
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -20,8 +22,6 @@ def free_port() -> int:
 def create_bucket(endpoint: str, bucket: str) -> None:
     """A bucket on the server at ``endpoint``: the project's own S3 filesystem never creates buckets (a typo in a
     user's URI must not make one)."""
-    import pyarrow.fs as pafs
-
     pafs.S3FileSystem(endpoint_override=endpoint.split("://", 1)[1], scheme="http", region="us-east-1",
                       allow_bucket_creation=True).create_dir(bucket)
 

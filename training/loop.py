@@ -11,6 +11,11 @@ import random
 from pathlib import Path
 
 import numpy as np
+import pyarrow.fs as pafs
+
+from pipelines.console import metrics_line
+from pipelines.ray_start import start_ray
+from shards_schema import storage
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,6 +23,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def start_worker(cfg, tag: str):
     """A Ray Train worker's start: intra-op threads, rank, device, TF32 on CUDA, the seed, and one line saying what
     it runs on. ``cfg`` has ``torch_threads``, ``cpus_per_worker`` and ``seed``. Returns (rank, world, device, cuda)."""
+    # Here, not at the top: ray must first be imported by pipelines.ray_start.start_ray (its single-machine switch is
+    # read once, at import); and this module serves the drivers (storage, metrics) that need no torch (1.9 s to import)
     import ray.train
     import ray.train.torch
     import torch
@@ -51,10 +58,6 @@ def latest_checkpoint(out: str | Path) -> str | None:
     """The newest checkpoint folder (URI) under ``OUT/ray``, by modification time; the path breaks ties (object
     stores keep whole seconds, and a run's ``checkpoint_00000N`` folders and the time-stamped run names sort in
     the order they were written)."""
-    import pyarrow.fs as pafs
-
-    from shards_schema import storage
-
     root = storage.join(str(out), "ray")
     fs, path = storage.resolve(root)
     if fs.get_file_info(path).type == pafs.FileType.NotFound:
@@ -69,16 +72,12 @@ def latest_checkpoint(out: str | Path) -> str | None:
 
 def checkpoint_uri(checkpoint, out: str) -> str:
     """A Ray Train checkpoint's folder as a URI (its ``path`` is inside its filesystem: ``bucket/key`` on S3)."""
-    from shards_schema import storage
-
     return checkpoint.path if storage.is_local(out) else f"{storage.scheme(out)}://{checkpoint.path}"
 
 
 def run_storage(out: str) -> dict:
     """``RunConfig`` arguments that put Ray Train's checkpoints under ``OUT/ray`` on ``out``'s store, so ``--resume``
     works from any node; and the worker environment that lets the workers reach that store."""
-    from shards_schema import storage
-
     fs, path = storage.resolve(storage.join(out, "ray"))
     if storage.is_local(out):
         return {"storage_path": path}
@@ -89,17 +88,13 @@ def check_workers_reach(*uris: str) -> None:
     """Fail before training when a Ray worker cannot list the remote ``uris`` (their parent folders when they do not
     exist yet): a worker with no credentials would otherwise fail only at its first read or checkpoint, deep in a
     Ray Train traceback. Local paths are not checked (a local path on a cluster is the user's choice)."""
-    import ray
-
-    from shards_schema import storage
+    import ray  # after start_ray, which imports it first (see start_worker)
 
     remote = [u for u in uris if not storage.is_local(u)]
     if not remote:
         return
 
     def reach(targets: list[str]) -> str | None:
-        from shards_schema import storage
-
         for uri in targets:
             try:
                 storage.exists(uri)
@@ -121,8 +116,6 @@ def local_run_folder(out: str) -> Path:
     """Where the driver-side files of a run go (metrics CSVs, the W&B folder): ``out`` itself when it is local;
     for a remote ``out`` (``s3://...``), ``runs/<bucket and key>`` under the working folder of rank 0's process, since
     CSV appends and W&B's own files need a local disk. Checkpoints go to ``out`` either way."""
-    from shards_schema import storage
-
     if storage.is_local(out):
         return Path(storage.local_path(out))
     return Path.cwd() / "runs" / out.replace("://", "/", 1)
@@ -143,7 +136,7 @@ class MetricsWriter:
         if mode == "auto":
             mode = "online" if os.environ.get("WANDB_API_KEY") or (Path.home() / ".netrc").exists() else "offline"
         if mode != "disabled":
-            import wandb
+            import wandb  # 1.0 s to import, paid only by a run that logs to W&B (not the tests' and tiny runs)
 
             # silent: W&B's own dozen lines (banner, offline hints, the summary at finish) say less than the one here
             self.run = wandb.init(project="replayforge", dir=str(out), mode=mode, config=config, resume="allow",
@@ -171,8 +164,6 @@ class MetricsWriter:
 
     def echo(self, metrics: dict, table: str = "metrics") -> None:
         """Print a row as ``write`` does, without storing it."""
-        from pipelines.console import metrics_line
-
         if table == "metrics":
             print(metrics_line(self.tag, metrics, self.total_steps))
         else:
@@ -189,8 +180,6 @@ class MetricsWriter:
 def init_local_ray() -> None:
     """Attach to RAY_ADDRESS when set (a cluster, ``ray job submit``), else start a private local instance on
     127.0.0.1; token auth on for both (pipelines/ray_start.py)."""
-    from pipelines.ray_start import start_ray
-
     # Ray Train replaces print in its workers by a logger call that also prints when the worker's stdout is wrapped,
     # as Ray's workers' is: every line of a trainer came out twice. Ray Train hands this switch on to its workers.
     os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")

@@ -14,15 +14,17 @@ CUDA, fp32 on CPU; DDP across workers. The loop, resume and checkpoints are ``tr
 from __future__ import annotations
 
 import dataclasses
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+import torch
 
-from training.fit import Recipe, TrainerConfig, fit  # noqa: E402  (after the path set-up above)
+from models.pokemon_policy import PolicyConfig
+from pipelines.pokemon.observation import vocabulary
+from shards_schema.reader import open_version
+from training import losses
+from training.fit import Recipe, TrainerConfig, fit
+from training.fit import main as fit_main
+from training.windows import LoadWindows, first_windows, window_specs
 
 OBJECTIVES = ("bc", "filtered_bc", "exp_adv")
 
@@ -83,10 +85,6 @@ class TrainConfig(TrainerConfig):
 def compute_losses(model, batch, cfg: TrainConfig, gammas):
     """(total, actor, critic, accuracy, turns that reach the loss) of one batch, as tensors (the math lives in
     training/losses.py)."""
-    import torch
-
-    from training import losses
-
     out = model(batch["tokens"], batch["numeric"], batch["legal"], batch["valid"])
     action, valid = batch["action"], batch["valid"]
     mask = step_mask(batch)
@@ -133,13 +131,9 @@ class PolicyRecipe(Recipe):
 
     @classmethod
     def make_plan(cls, cfg: TrainConfig, version) -> dict:
-        from pipelines.pokemon.observation import vocabulary
-
         return {"vocab_size": len(vocabulary(version.manifest.observation_version))}
 
     def model_config(self):
-        from models.pokemon_policy import PolicyConfig
-
         policy_cfg = PolicyConfig.preset(self.cfg.preset, self.plan["vocab_size"], d_model=self.cfg.d_model)
         return dataclasses.replace(policy_cfg, max_turns=max(policy_cfg.max_turns, self.cfg.context))
 
@@ -151,23 +145,17 @@ class PolicyRecipe(Recipe):
         return model_config
 
     def epoch_windows(self, version, epoch: int):
-        from training.windows import window_specs
-
         return window_specs(version, self.cfg.context, self.cfg.seed + epoch, self.cfg.sides,
                             validation_share=self.cfg.validation_share, split_seed=self.cfg.seed,
                             train_share=self.cfg.train_share)
 
     def loader(self):
-        from training.windows import LoadWindows
-
         return LoadWindows(self.cfg.shards, self.cfg.context, vocab_size=self.plan["vocab_size"])
 
     def samples(self, batch: dict) -> int:
         return int(step_mask(batch).sum())
 
     def loss(self, model, batch: dict, step: int):
-        import torch
-
         device = batch["reward"].device
         if self._gammas is None or self._gammas.device != device:
             # made once per device: a new tensor each step is a host→device copy every step
@@ -185,9 +173,6 @@ class PolicyRecipe(Recipe):
 
 def validation_windows(cfg: TrainConfig, vocab_size: int) -> dict:
     """The first ``max_eval_windows`` windows of the held-out battles, in a fixed order (resuming stays exact)."""
-    from shards_schema.reader import open_version
-    from training.windows import LoadWindows, first_windows, window_specs
-
     specs = window_specs(open_version(cfg.shards, check_sha256=False), cfg.context, 0, cfg.sides,
                          validation_share=cfg.validation_share, split_seed=cfg.seed, validation=True)
     return first_windows(specs, cfg.max_eval_windows, LoadWindows(cfg.shards, cfg.context, vocab_size=vocab_size))
@@ -196,8 +181,6 @@ def validation_windows(cfg: TrainConfig, vocab_size: int) -> dict:
 def evaluate(model, windows: dict, cfg: TrainConfig, device, batch_size: int = 64) -> dict[str, float]:
     """Validation losses and accuracy of the policy on held-out windows, weighted by the turns each batch scores
     (``val_loss_total`` is what a sweep compares)."""
-    import torch
-
     was_training = model.training
     model.eval()
     gammas = torch.tensor(getattr(model, "module", model).cfg.gammas, device=device)
@@ -221,8 +204,6 @@ def run(cfg: TrainConfig):
 
 
 def main(argv: list[str] | None = None) -> None:
-    from training.fit import main as fit_main
-
     fit_main(TrainConfig, PolicyRecipe, argv)
 
 

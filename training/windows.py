@@ -17,12 +17,14 @@ second on 2 cores, under 5× what the tiny model trains on; the specs stream wit
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from models.pokemon_policy import check_inputs
 from shards_schema.pokemon import NUM_ACTIONS, NUM_MOVES, NUM_SWITCHES, OBS_NUMERIC, OBS_WORDS
 from shards_schema.reader import ShardVersion, open_version
 
@@ -85,7 +87,7 @@ def window_stream(epoch_windows, start: int, count: int, block_rows: int = 65536
 def stream_dataset(windows: pa.Table, block_rows: int = 65536):
     """The Ray Dataset of a window stream, in order (order is preserved when read: the trainer sets
     ``preserve_order``); ``window_batches`` turns it into arrays in each training worker."""
-    import ray.data
+    import ray.data  # not at the top: pipelines.ray_start.start_ray imports ray first (its switches are read at import)
 
     blocks = [windows.slice(i, block_rows) for i in range(0, max(windows.num_rows, 1), block_rows)]
     return ray.data.from_arrow(blocks)
@@ -96,8 +98,6 @@ def held_out(battle_ids: list[str], share: float, seed: int | str) -> np.ndarray
     falls below ``share``, so both sides of a battle land on the same side of the split, and the split needs no list
     of ids (a battle keeps its side as the data grows). With another seed it draws an independent share (the
     training share of a scaling sweep), and a smaller share is a subset of a larger one under the same seed."""
-    import hashlib
-
     threshold = share * 2.0 ** 64
     return np.fromiter((int.from_bytes(hashlib.blake2b(f"{seed}:{b}".encode(), digest_size=8).digest(), "little")
                         < threshold for b in battle_ids), dtype=bool, count=len(battle_ids))
@@ -222,8 +222,6 @@ class LoadWindows:
         arrays = decode_shard(self.version.read_table(file, COLUMNS))
         if self.vocab_size is not None:
             # here rather than in the model's forward pass, where the check would wait on the device every step
-            from models.pokemon_policy import check_inputs
-
             check_inputs(arrays["tokens"], self.vocab_size)
         return arrays
 

@@ -11,8 +11,13 @@ files with ``shards_schema.storage``.
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 from dataclasses import dataclass
+
+from shards_schema import storage
+from training.loop import run_storage
 
 SWEEP_FOLDERS = ("tune", "trials")
 """Under a sweep's --out: Tune's results (every trial's config and reports) and each trial's own run."""
@@ -21,8 +26,6 @@ SWEEP_FOLDERS = ("tune", "trials")
 def refuse_used_out(out: str) -> None:
     """Raise ``FileExistsError`` when ``out`` already holds a sweep. Ray Train takes a run folder that exists as a
     run to continue: a second sweep into the same --out would find every trial finished and train nothing."""
-    from shards_schema import storage
-
     for used in SWEEP_FOLDERS:
         if storage.exists(storage.join(out, used)):
             raise FileExistsError(f"{storage.join(out, used)} exists: a sweep's results are never overwritten; "
@@ -41,6 +44,8 @@ def asha(last_step: int, grace_steps: int, reduction_factor: int, time_attr: str
     """ASHA over the trials' own ``time_attr`` (the step or update each report carries, not Tune's iteration
     count). ``max_t`` is one past ``last_step``: a trial that reaches its last step ends on its own, and its Ray
     Train run shuts down cleanly, instead of being stopped by the scheduler at its last report."""
+    # ray.* here and below, not at the top: the drivers import this module before pipelines.ray_start.start_ray,
+    # which must import ray first (its single-machine switch is read once, at import)
     from ray.tune.schedulers import ASHAScheduler
 
     return ASHAScheduler(time_attr=time_attr, max_t=last_step + 1, grace_period=grace_steps,
@@ -52,9 +57,6 @@ def run_config(out: str, name: str = "sweep", callbacks: tuple = ()):
     store; Tune's own output at verbosity 1 (its trial-status lines, without a results table at every report: the
     drivers print each trial's end, ``trials_done``)."""
     from ray import tune
-
-    from shards_schema import storage
-    from training.loop import run_storage
 
     where = run_storage(storage.join(out, "tune"))
     return tune.RunConfig(name=name, storage_path=where["storage_path"],
@@ -137,11 +139,6 @@ def reports(grid, columns: tuple[str, ...]) -> list[tuple[dict, list[dict]]]:
 
 def write_csv(uri: str, rows: list[dict]) -> None:
     """``rows`` as CSV at ``uri`` (a local path or a URI), columns in the first row's order."""
-    import csv
-    import io
-
-    from shards_schema import storage
-
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=list(rows[0]))
     writer.writeheader()
@@ -150,25 +147,21 @@ def write_csv(uri: str, rows: list[dict]) -> None:
 
 
 def write_text(uri: str, text: str) -> None:
-    from shards_schema import storage
-
     storage.write_bytes(uri, text.encode())
 
 
 def png_bytes(fig) -> bytes:
     """A matplotlib figure as PNG bytes (then closed), for ``storage.write_bytes``."""
-    import io
-
-    import matplotlib.pyplot as plt
-
     data = io.BytesIO()
     fig.savefig(data, format="png")
-    plt.close(fig)
+    pyplot().close(fig)
     return data.getvalue()
 
 
 def pyplot():
     """matplotlib's pyplot on the Agg backend: files only, no display on a cluster node or in CI."""
+    # Here, not at the top: the backend is chosen before pyplot is first imported, and only by a caller that draws
+    # (importing this module leaves a notebook's backend alone); pyplot is also 0.8 s to import
     import matplotlib
 
     matplotlib.use("Agg")
