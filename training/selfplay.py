@@ -1,10 +1,7 @@
 """PPO self-play on Ray: environment runners as Ray actors, the learner as a Ray Train worker, a league actor holding
 snapshots, the opponent mix and the ratings.
 
-    python training/selfplay.py --env melee --shards OUT/melee_frames/<v> \\
-        --world-model RUN/ray/.../checkpoint_000010 --out runs/selfplay-melee --preset full
-    python training/selfplay.py --env pokemon --policy-init RUN/ray/.../checkpoint_000040 --out runs/selfplay-pkmn
-    python training/selfplay.py --tiny --shards OUT/melee_frames/<v> --out runs/sp     # untrained world model
+    python training/selfplay.py --env <game> --out runs/selfplay-<game> [the game's flags]
 
 Each update: the learner sends its weights to every runner (one object in the store), each runner plays its games
 against opponents it draws from the league and returns the learner's side only, the learner runs one PPO update
@@ -17,168 +14,44 @@ the checkpoint every ``checkpoint_every``), so a sweep's scheduler (``tune/ppo_s
 collects a worker's report once per health check (2 s by default) and holds one at a time: updates shorter than that
 wait for it.
 
-Environments (``ENVIRONMENTS``): ``melee``, the world model (``training/melee/selfplay.py``), and ``pokemon``,
-real battles on each runner's own local Showdown server on top of an offline-RL checkpoint
-(``training/pokemon/selfplay.py``).
+The environments (``--env``) and their own flags are registered in ``training/selfplay_envs.py``; each game's
+module (``training/<game>/selfplay.py``) says how to run it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import random
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-
-from training.selfplay_base import ACTOR_SCHEDULING  # noqa: E402  (after the path set-up above)
-
-ENVIRONMENTS = {"melee": "training.melee.selfplay.MeleeSelfPlay",
-                "pokemon": "training.pokemon.selfplay.PokemonSelfPlay"}
-"""Each environment's side of a run: policy shape, league, runners, how their results make a rollout."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class SelfPlayConfig:
-    """Configuration of a self-play run.
-
-    Attributes:
-        out: run folder (checkpoints, metrics.csv, wandb).
-        env: ``melee`` (the world model) or ``pokemon`` (real battles on local Showdown servers).
-        shards: melee: the melee_frames shard version the games are seeded from (a local path or a URI).
-        policy_init: pokemon: the offline-RL checkpoint (training/offline_rl.py) whose turn features the policy
-            reads (frozen) and whose actor head it starts from; empty: from scratch, on an untrained encoder.
-        encoder_preset: pokemon from scratch: size of the untrained, frozen turn encoder (models/pokemon_policy.py).
-        encoder_context: pokemon from scratch: turns the encoder reads per decision (the LSTM carries the rest).
-        battle_format: pokemon: the format of the battles.
-        battles_per_runner: pokemon: battles each runner plays per update (its rollout).
-        world_model: the world-model checkpoint the games run in (folder or state.pt), or ``untrained`` for a fresh
-            model of --world-model-preset (tests, demo).
-        world_model_preset: preset of an untrained world model.
-        preset: PPO hyperparameters: ``full`` or ``test`` (the same set, a few updates and frequent checkpoints).
-        updates: PPO updates (0: the preset's).
-        lr: learning rate at update 0, annealed as the preset anneals it (0: the preset's; a sweep's axis).
-        entropy_weight: weight of the entropy bonus (None: the preset's; 0 turns the bonus off; a sweep's axis).
-        num_runners: environment runner actors.
-        envs_per_runner: games each runner plays at once.
-        rollout_steps: melee: steps per game between updates (0: the preset's); pokemon: whole battles are played, so
-            it only sets the training sequences' length.
-        cpus_per_runner: CPUs each runner actor reserves.
-        seed_frames: real frames each game is primed on.
-        max_frames: frames before a game is cut by the time limit (bootstrapped, not terminal).
-        reward_per_percent: reward per percent of damage dealt (taken: the negative); a stock is worth 1.
-        opponent_window: the opponent's last N frames the strategy encoder reads.
-        d_lstm: the policy's LSTM width.
-        snapshot_every: updates between snapshots added to the league.
-        snapshot_share: share of games against past snapshots (the three shares sum to 1).
-        strong_share: share of games against the strong scripted opponents.
-        weak_share: share of games against the weak scripted opponent.
-        reference_kl: pokemon with --policy-init: weight of the KL penalty that keeps the policy near the offline-RL
-            policy it started from (0: none).
-        critic_warmup: updates at the start that train the critic alone, the policy kept as it started (a
-            fine-tune's value head starts untrained, and its first advantages are noise).
-        seed: seed of the policy, the runners and the league's draws.
-        cpus_per_worker: CPUs the learner's Ray Train worker reserves.
-        use_gpu: train the learner on a GPU.
-        torch_threads: intra-op threads of the learner (0: Ray's default).
-        wandb_mode: auto (online when logged in, else offline), online, offline or disabled.
-        resume: continue from the latest checkpoint under --out (policy, optimizer, league, update).
-    """
-
-    out: str
-    env: str = "melee"
-    shards: str = ""
-    policy_init: str = ""
-    encoder_preset: str = "small"
-    encoder_context: int = 4
-    battle_format: str = "gen9randombattle"
-    battles_per_runner: int = 4
-    world_model: str = "untrained"
-    world_model_preset: str = "tiny"
-    preset: str = "full"
-    updates: int = 0
-    lr: float = 0.0
-    entropy_weight: float | None = None
-    num_runners: int = 2
-    envs_per_runner: int = 4
-    rollout_steps: int = 0
-    cpus_per_runner: float = 0.5
-    seed_frames: int = 60
-    max_frames: int = 600
-    reward_per_percent: float = 0.01
-    opponent_window: int = 8
-    d_lstm: int = 128
-    snapshot_every: int = 10
-    snapshot_share: float = 0.80
-    strong_share: float = 0.15
-    weak_share: float = 0.05
-    reference_kl: float = 0.0
-    critic_warmup: int = 0
-    seed: int = 0
-    cpus_per_worker: float = 0.5
-    use_gpu: bool = False
-    torch_threads: int = 0
-    wandb_mode: str = "auto"
-    resume: bool = False
-
-    def __post_init__(self):
-        if self.env not in ENVIRONMENTS:
-            raise ValueError(f"--env must be one of {sorted(ENVIRONMENTS)}")
-        if self.preset not in ("full", "test"):
-            raise ValueError("--preset must be full or test")
-        if min(self.num_runners, self.envs_per_runner, self.max_frames, self.snapshot_every) < 1:
-            raise ValueError("--num-runners, --envs-per-runner, --max-frames and --snapshot-every must be >= 1")
-        if self.wandb_mode not in ("auto", "online", "offline", "disabled"):
-            raise ValueError("--wandb-mode must be auto, online, offline or disabled")
-        shares = (self.snapshot_share, self.strong_share, self.weak_share)
-        if min(shares) < 0 or abs(sum(shares) - 1.0) > 1e-9:
-            raise ValueError(f"--snapshot-share, --strong-share and --weak-share {shares} must be >= 0 and sum to 1")
-        if self.lr < 0 or (self.entropy_weight is not None and self.entropy_weight < 0):
-            raise ValueError("--lr and --entropy-weight must be >= 0 (--lr 0: the preset's)")
-        if self.reference_kl and not (self.env == "pokemon" and self.policy_init):
-            raise ValueError("--reference-kl needs a policy to stay near: --env pokemon with --policy-init")
-
-    @classmethod
-    def tiny(cls, *, out: str, **overrides) -> SelfPlayConfig:
-        fields = {"battles_per_runner": 2, "preset": "test", "num_runners": 2, "envs_per_runner": 2,
-                  "rollout_steps": 8, "seed_frames": 20,
-                  "max_frames": 12, "opponent_window": 3, "d_lstm": 16, "snapshot_every": 2, "wandb_mode": "disabled",
-                  **overrides}
-        return cls(out=out, **fields)
-
-    def league(self, strong: tuple[str, ...], weak: tuple[str, ...]):
-        """The league's configuration: this run's cadence and opponent mix over an environment's bots."""
-        from training.league import LeagueConfig
-
-        return LeagueConfig(snapshot_every=self.snapshot_every, snapshot_share=self.snapshot_share,
-                            strong_share=self.strong_share, weak_share=self.weak_share, strong=strong, weak=weak)
-
-    def environment(self):
-        """The environment's side of the run (``ENVIRONMENTS``)."""
-        import importlib
-
-        module, _, name = ENVIRONMENTS[self.env].rpartition(".")
-        return getattr(importlib.import_module(module), name)(self)
-
-    def ppo(self, num_envs: int):
-        """The PPO hyperparameters: the preset's, with this run's environment count (``num_envs`` columns per
-        rollout) and lengths; never more minibatches than a rollout has sequences; ``lr`` and ``entropy_weight``
-        where this run sets them."""
-        from training.ppo import PPOConfig
-
-        base = PPOConfig.test() if self.preset == "test" else PPOConfig.full()
-        steps = self.rollout_steps or base.rollout_steps
-        seq_len = min(base.seq_len, steps)
-        return dataclasses.replace(base, num_envs=num_envs, rollout_steps=steps, seq_len=seq_len,
-                                   num_minibatches=min(base.num_minibatches, num_envs * (steps // seq_len)),
-                                   updates=self.updates or base.updates, seed=self.seed, lr=self.lr or base.lr,
-                                   entropy_weight=base.entropy_weight if self.entropy_weight is None
-                                   else self.entropy_weight,
-                                   reference_kl=self.reference_kl, critic_warmup=self.critic_warmup)
+# after the path set-up above; ray itself is imported in the functions that run after training/loop.init_local_ray
+# (pipelines/ray_start.py: Ray reads its auth mode once, when imported)
+from models.ppo_policy import RecurrentPolicy  # noqa: E402
+from pipelines.cli import command_config  # noqa: E402
+from shards_schema import storage  # noqa: E402
+from training.checkpoints import DataIdentity, payload, read_checkpoint, set_rng_state  # noqa: E402
+from training.fit import Learner, report_checkpoint, worker_checkpoint  # noqa: E402
+from training.league import LEARNER, OPPONENT_KINDS, League  # noqa: E402
+from training.loop import (  # noqa: E402
+    MetricsWriter,
+    checkpoint_uri,
+    init_local_ray,
+    latest_checkpoint,
+    local_run_folder,
+    run_storage,
+    start_worker,
+)
+from training.ppo import update  # noqa: E402
+from training.selfplay_base import ACTOR_SCHEDULING  # noqa: E402
+from training.selfplay_envs import SelfPlayConfig  # noqa: E402
 
 
 class LeagueActor:
@@ -186,10 +59,6 @@ class LeagueActor:
     adds snapshots and saves its state with each checkpoint."""
 
     def __init__(self, cfg, state: dict | None, seed: int):
-        import random
-
-        from training.league import League
-
         self.league = League.from_state_dict(cfg, state) if state else League(cfg)
         self.rng = random.Random(seed)
 
@@ -200,8 +69,6 @@ class LeagueActor:
         return self.league.snapshots[name]
 
     def record(self, results: list[tuple[str, float]]) -> None:
-        from training.league import LEARNER
-
         for opponent, score in results:
             self.league.record(LEARNER, opponent, score)
 
@@ -220,8 +87,6 @@ def episode_metrics(episodes: list, terms: tuple[str, ...], knockout_term: str, 
     against each opponent kind and win rate against each scripted bot of ``bots``, damage dealt and taken,
     knockouts, game length. Every key is always there (NaN without games), so the CSV keeps one set of columns; with
     the games per kind, rates over several updates can be weighted by games (``tune/ppo_sweep.py``)."""
-    from training.league import OPPONENT_KINDS
-
     def mean(values: list[float]) -> float:
         return sum(values) / len(values) if values else float("nan")
 
@@ -245,13 +110,6 @@ def episode_metrics(episodes: list, terms: tuple[str, ...], knockout_term: str, 
 def train_loop_per_worker(config: dict) -> None:
     """The learner: runs on one Ray Train worker, drives the runner actors and the league actor."""
     import ray
-    import ray.train
-    import torch
-
-    from models.ppo_policy import RecurrentPolicy
-    from training.checkpoints import set_rng_state
-    from training.fit import Learner, worker_checkpoint
-    from training.loop import start_worker
 
     cfg = SelfPlayConfig(**config["cfg"])
     env = cfg.environment()
@@ -296,11 +154,6 @@ def _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_up
     import ray
     import ray.train
 
-    from training.checkpoints import DataIdentity, payload
-    from training.fit import report_checkpoint
-    from training.loop import MetricsWriter
-    from training.ppo import update
-
     writer = MetricsWriter(Path(config["run_folder"]), dataclasses.asdict(cfg), cfg.wandb_mode, "selfplay",
                            total_steps=ppo.updates)
     league_cfg = env.league_config()
@@ -341,19 +194,12 @@ def run(cfg: SelfPlayConfig, callbacks: tuple = (), name: str = ""):
     """Self-play on Ray Train; Ray Train's ``Result``. ``callbacks``: Ray Train callbacks, which see every update's
     metrics line (a sweep's ``TuneReportCallback``); ``name``: the run's name (default: ``selfplay-`` and the
     time)."""
-    from shards_schema import storage
-    from training.loop import init_local_ray, latest_checkpoint, local_run_folder, run_storage
-
     init_local_ray()
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from training.checkpoints import read_checkpoint
-
-    cfg = dataclasses.replace(cfg, out=storage.normalize(cfg.out),
-                              **{k: storage.normalize(getattr(cfg, k)) for k in ("shards", "policy_init", "world_model")
-                                 if getattr(cfg, k) and getattr(cfg, k) != "untrained"})
-    env = cfg.environment()  # once: a Pokémon environment reads its checkpoint or builds its encoder
+    cfg = cfg.normalized()
+    env = cfg.environment()  # once: an environment may read a checkpoint or build an encoder
     identity = env.identity()
     latest = latest_checkpoint(cfg.out) if cfg.resume else None
     if cfg.resume and latest is None:
@@ -380,9 +226,6 @@ def run(cfg: SelfPlayConfig, callbacks: tuple = (), name: str = ""):
 
 def run_to_end(cfg: SelfPlayConfig) -> tuple[str, float]:
     """Self-play to its last update: (the last checkpoint's URI, wall seconds); a failed run raises."""
-    from shards_schema import storage
-    from training.loop import latest_checkpoint
-
     started = time.monotonic()
     result = run(cfg)
     seconds = time.monotonic() - started
@@ -392,10 +235,6 @@ def run_to_end(cfg: SelfPlayConfig) -> tuple[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from pipelines.cli import command_config
-    from shards_schema import storage
-    from training.loop import checkpoint_uri
-
     cfg = command_config(SelfPlayConfig, argv)
     result = run(cfg)
     print(f"[selfplay] done: {result.metrics}")

@@ -7,10 +7,15 @@ Both players see the same frame (Melee hides nothing), but a policy shared by bo
 (damage dealt, damage taken, stocks taken, stocks lost), so metrics can show each; the total is
 ``reward_per_percent`` × (dealt − taken) + stocks taken − stocks lost, as ``training/melee_env.zero_sum_reward``
 (damage counted only above each player's highest percent in its stock: ``frame_outcome``).
+
+    python training/selfplay.py --env melee --shards OUT/melee_frames/<v> \\
+        --world-model RUN/ray/.../checkpoint_000010 --out runs/selfplay-melee --preset full
+    python training/selfplay.py --tiny --shards OUT/melee_frames/<v> --out runs/sp     # untrained world model
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,12 +31,13 @@ from pipelines.melee.features import (
     CTRL_PER_PLAYER,
     PLAYERS,
 )
+from shards_schema import storage
 from shards_schema.reader import open_version
 from training.checkpoints import shard_identity
 from training.melee_env import FrameOutcome, MeleeWorldEnv
 from training.ppo import Rollout, concat_rollouts
 from training.rollout_rules import CLASSES, Frame
-from training.selfplay_base import ACTOR_SCHEDULING, Episode
+from training.selfplay_base import ACTOR_SCHEDULING, Episode, SelfPlayCoreConfig
 from training.world_model import load_model
 from training.world_model_rollout import RandomPolicy, game_row, replay_controllers
 
@@ -335,6 +341,40 @@ class MeleeRunner:
         return rollout, finished
 
 
+@dataclass(frozen=True, kw_only=True)
+class MeleeSelfPlayConfig(SelfPlayCoreConfig):
+    """A self-play run in the Melee world model.
+
+    Attributes:
+        shards: the melee_frames shard version the games are seeded from (a local path or a URI).
+        world_model: the world-model checkpoint the games run in (folder or state.pt), or ``untrained`` for a fresh
+            model of --world-model-preset (tests, demo).
+        world_model_preset: preset of an untrained world model.
+        envs_per_runner: games each runner plays at once.
+        seed_frames: real frames each game is primed on.
+        max_frames: frames before a game is cut by the time limit (bootstrapped, not terminal).
+        reward_per_percent: reward per percent of damage dealt (taken: the negative); a stock is worth 1.
+    """
+
+    shards: str = ""
+    world_model: str = "untrained"
+    world_model_preset: str = "tiny"
+    envs_per_runner: int = 4
+    seed_frames: int = 60
+    max_frames: int = 600
+    reward_per_percent: float = 0.01
+
+    def __post_init__(self):
+        super().__post_init__()
+        if min(self.envs_per_runner, self.max_frames) < 1:
+            raise ValueError("--envs-per-runner and --max-frames must be >= 1")
+
+    def normalized(self):
+        cfg = super().normalized()
+        return dataclasses.replace(cfg, **{k: storage.normalize(getattr(cfg, k)) for k in ("shards", "world_model")
+                                           if getattr(cfg, k) and getattr(cfg, k) != "untrained"})
+
+
 class MeleeSelfPlay:
     """The Melee world model as ``training/selfplay.py``'s environment: its policy shape, league, runners and how
     their results make one rollout."""
@@ -342,6 +382,13 @@ class MeleeSelfPlay:
     kind = "melee_selfplay"
     reward_terms = tuple(RewardTerms.__dataclass_fields__)
     knockout_term = "stocks_taken"
+
+    @staticmethod
+    def config_problem(cfg) -> str | None:
+        """What this environment cannot do with ``cfg``, or None."""
+        if cfg.reference_kl:
+            return "--reference-kl needs a policy to stay near, and Melee self-play starts from none"
+        return None
 
     def __init__(self, cfg):
         if not cfg.shards:

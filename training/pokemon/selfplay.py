@@ -9,6 +9,8 @@ records its own decisions only. Reward: +1 a win, -1 a loss, 0 a tie, at the bat
 
 A battle is an episode of its own length; ``PokemonRunner.collect`` lays finished battles one per column, padded
 at the end, with ``Rollout.mask`` False on the padding.
+
+    python training/selfplay.py --env pokemon --policy-init RUN/ray/.../checkpoint_000040 --out runs/selfplay-pkmn
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import copy
+import dataclasses
+from dataclasses import dataclass
 
 import torch
 from poke_env import AccountConfiguration, ServerConfiguration
@@ -24,12 +28,13 @@ from poke_env import player as players
 from models.pokemon_policy import NUM_POLICY_ACTIONS, PokemonPolicy, PolicyConfig
 from models.ppo_policy import RecurrentPolicy, RecurrentPolicyConfig
 from pipelines.pokemon.observation import vocabulary
+from shards_schema import storage
 from shards_schema.pokemon import CODE_VERSIONS as POKEMON_TURNS
 from training.checkpoints import live_identity, read_checkpoint
 from training.pokemon.player import SelfPlayPlayer, encoder_from_state, encoder_state
 from training.ppo import Rollout
 from training.registry import POKEMON_OBSERVATION
-from training.selfplay_base import ACTOR_SCHEDULING, Episode
+from training.selfplay_base import ACTOR_SCHEDULING, Episode, SelfPlayCoreConfig
 from training.showdown_server import free_port, showdown_server
 
 OPPONENT_CLASSES = {"heuristic": "SimpleHeuristicsPlayer", "maxbp": "MaxBasePowerPlayer", "random": "RandomPlayer"}
@@ -136,6 +141,30 @@ def untrained_encoder(preset: str, seed: int):
     return PokemonPolicy(PolicyConfig.preset(preset, len(vocabulary(POKEMON_TURNS.observation)))).eval()
 
 
+@dataclass(frozen=True, kw_only=True)
+class PokemonSelfPlayConfig(SelfPlayCoreConfig):
+    """A self-play run in real Pokémon battles.
+
+    Attributes:
+        policy_init: the offline-RL checkpoint (training/offline_rl.py) whose turn features the policy
+            reads (frozen) and whose actor head it starts from; empty: from scratch, on an untrained encoder.
+        encoder_preset: from scratch: size of the untrained, frozen turn encoder (models/pokemon_policy.py).
+        encoder_context: from scratch: turns the encoder reads per decision (the LSTM carries the rest).
+        battle_format: the format of the battles.
+        battles_per_runner: battles each runner plays per update (its rollout).
+    """
+
+    policy_init: str = ""
+    encoder_preset: str = "small"
+    encoder_context: int = 4
+    battle_format: str = "gen9randombattle"
+    battles_per_runner: int = 4
+
+    def normalized(self):
+        cfg = super().normalized()
+        return dataclasses.replace(cfg, policy_init=storage.normalize(cfg.policy_init)) if cfg.policy_init else cfg
+
+
 class PokemonSelfPlay:
     """Real Pokémon battles as ``training/selfplay.py``'s environment. With ``--policy-init`` (an offline-RL
     checkpoint) its turn features (frozen) are the observations and its actor head starts the policy, so at step 0
@@ -147,6 +176,13 @@ class PokemonSelfPlay:
     kind = "pokemon_selfplay"
     reward_terms = ("result", "knockouts_dealt", "knockouts_taken")
     knockout_term = "knockouts_dealt"
+
+    @staticmethod
+    def config_problem(cfg) -> str | None:
+        """What this environment cannot do with ``cfg``, or None."""
+        if cfg.reference_kl and not cfg.policy_init:
+            return "--reference-kl needs a policy to stay near: --policy-init (from scratch there is none)"
+        return None
 
     def __init__(self, cfg):
         self.cfg = cfg
