@@ -45,7 +45,7 @@ def uniform_policy(policy_cfg):
 
 def play(world_model, cfg, policy_cfg, weights: dict, opponent, games: int, seed: int) -> dict:
     """``games`` whole games of ``weights`` against ``opponent`` (a league ``Opponent``): summed terms and score."""
-    from training.melee_selfplay import MeleeRunner
+    from training.melee.selfplay import MeleeRunner
 
     runner = MeleeRunner(world_model, cfg.shards, policy_cfg, num_envs=min(games, 8), seed=seed,
                          seed_frames=cfg.seed_frames, max_frames=cfg.max_frames,
@@ -64,13 +64,14 @@ def play(world_model, cfg, policy_cfg, weights: dict, opponent, games: int, seed
 def main() -> None:
     import torch
 
+    from pipelines.melee.source import SlpConfig
     from pipelines.parse_replays import ParseConfig
     from pipelines.parse_replays import run as parse
-    from pipelines.sources.slp import SlpConfig
     from training.checkpoints import read_checkpoint
     from training.league import Opponent
     from training.loop import latest_checkpoint
-    from training.selfplay import SelfPlayConfig, load_world_model, run_to_end
+    from training.melee.selfplay import load_world_model
+    from training.selfplay import SelfPlayConfig, run_to_end
     from training.selfplay_report import ReportConfig, report
     from training.world_model import WorldModelTrainConfig
     from training.world_model import run as train_world_model
@@ -92,7 +93,7 @@ def main() -> None:
     shards = args.shards
     if not shards:
         shards = str(parse(ParseConfig(source="slp", input=args.input, out=str(work / "shards"),
-                                       slp=SlpConfig(min_frames=0, allow_cpu=True))).path)
+                                       options=SlpConfig(min_frames=0, allow_cpu=True))).path)
     world_model = args.world_model
     t0 = time.monotonic()
     if not world_model:

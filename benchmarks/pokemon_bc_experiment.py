@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main() -> None:
     from pipelines.parse_replays import ParseConfig
     from pipelines.parse_replays import run as parse
-    from pipelines.sources.generated import GeneratedConfig
+    from pipelines.pokemon.generated import GeneratedConfig
     from shards_schema import storage
     from training.evaluate import EvalConfig
     from training.evaluate import run as evaluate
@@ -46,7 +46,7 @@ def main() -> None:
     work = Path(args.work_dir)
     t0 = time.monotonic()
     published = parse(ParseConfig(source="generated", out=str(work / "shards"), formats=args.formats,
-                                  generated=GeneratedConfig(num_battles=args.num_battles, p1="heuristic",
+                                  options=GeneratedConfig(num_battles=args.num_battles, p1="heuristic",
                                                             p2="random", seed=2026),
                                   progress_every_s=60))
     t1 = time.monotonic()

@@ -28,11 +28,11 @@ import lz4.frame  # noqa: E402
 import numpy as np  # noqa: E402
 
 from pipelines.parse_replays import ParseConfig, run  # noqa: E402
+from pipelines.pokemon import generated, metamon  # noqa: E402
 from pipelines.pokemon.dex import known_formats, load_dex  # noqa: E402
+from pipelines.pokemon.generated import GeneratedConfig  # noqa: E402
 from pipelines.pokemon.observation import observe  # noqa: E402
 from pipelines.pokemon.trajectory import turns_table  # noqa: E402
-from pipelines.sources import generated, metamon  # noqa: E402
-from pipelines.sources.generated import GeneratedConfig  # noqa: E402
 from shards_schema.reader import open_version  # noqa: E402
 
 BATCH_COLUMNS = ["obs_tokens", "obs_numeric", "action", "legal_mask", "reward", "done"]
@@ -114,7 +114,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="rf-bench-"))
     try:
         cfg = ParseConfig(source="generated", out=str(work / "shards"),
-                          generated=GeneratedConfig(num_battles=args.battles, seed=123), progress_every_s=30)
+                          options=GeneratedConfig(num_battles=args.battles, seed=123), progress_every_s=30)
         published, job_s = _timed(lambda: run(cfg, log=lambda *_: None))
         c = published.manifest.counts
         print(f"ray job (simulate + parse + write, 2 CPUs): {c.inputs} battles, {c.trajectories} trajectories, "

@@ -97,7 +97,7 @@ def measure_trainer(batches: list, context: int, steps: int, threads: int):
 def main() -> None:
     from pipelines.parse_replays import ParseConfig
     from pipelines.parse_replays import run as parse
-    from pipelines.sources.generated import GeneratedConfig
+    from pipelines.pokemon.generated import GeneratedConfig
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--battles", type=int, default=200, help="generated gen9randombattle battles")
@@ -118,7 +118,7 @@ def main() -> None:
     try:
         t0 = time.perf_counter()
         published = parse(ParseConfig(source="generated", out=str(work), formats=["gen9randombattle"],
-                                      generated=GeneratedConfig(num_battles=args.battles, p1="heuristic",
+                                      options=GeneratedConfig(num_battles=args.battles, p1="heuristic",
                                                                 p2="random", seed=7)),
                           log=lambda *_: None)
         print(f"shards: {args.battles} battles → {published.path.name} in {time.perf_counter() - t0:.0f}s")

@@ -125,7 +125,7 @@ def real_trainer(args, cpus: float, threads: int, work: Path, shards: str) -> di
 def main() -> None:
     from pipelines.parse_replays import ParseConfig
     from pipelines.parse_replays import run as parse
-    from pipelines.sources.generated import GeneratedConfig
+    from pipelines.pokemon.generated import GeneratedConfig
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="small")
@@ -152,7 +152,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="train-step-"))
     try:
         published = parse(ParseConfig(source="generated", out=str(work / "shards"), formats=["gen9randombattle"],
-                                      generated=GeneratedConfig(num_battles=args.battles, p1="heuristic",
+                                      options=GeneratedConfig(num_battles=args.battles, p1="heuristic",
                                                                 p2="random", seed=7)),
                           log=lambda *_: None)
         # rounds of every variant in turn: on a shared machine, load drifts between variants, not within a round

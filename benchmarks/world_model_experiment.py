@@ -21,9 +21,9 @@ METRICS = ("val_loss_total", "val_action_acc", "val_action_change_acc", "val_pos
 
 
 def main() -> None:
+    from pipelines.melee.source import SlpConfig
     from pipelines.parse_replays import ParseConfig
     from pipelines.parse_replays import run as parse
-    from pipelines.sources.slp import SlpConfig
     from training.world_model import WorldModelTrainConfig
     from training.world_model import run as train
 
@@ -38,7 +38,7 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(args.work_dir)
     published = parse(ParseConfig(source="slp", input=args.input, out=str(work / "shards"),
-                                  slp=SlpConfig(min_frames=0, allow_cpu=True)))
+                                  options=SlpConfig(min_frames=0, allow_cpu=True)))
     finals = {}
     for backbone in ("mamba2", "mlp"):
         out = work / f"{args.preset}-{backbone}"

@@ -1,11 +1,13 @@
-"""Parse replays into a versioned shard version (``pokemon_turns`` or ``melee_frames``), on Ray Data.
+"""Parse replays into a versioned shard version, on Ray Data: the dataset is the one the source's parser writes
+(``pokemon_turns``, ``melee_frames``, or a registered game's).
 
     python pipelines/parse_replays.py --source generated --out out/            # the built-in default
     python pipelines/parse_replays.py --source metamon --input DIR --out out/ --formats gen1ou
     python pipelines/parse_replays.py --source hf-raw --input hf://datasets/jakegrigsby/metamon-raw-replays@v1 ...
     ray job submit --working-dir . -- python pipelines/parse_replays.py --source slp --input s3://b/slp --out s3://b/shards
 
-Stages (``pipelines/stages.py``): the ``Source`` named by ``--source`` plans work items on the driver, packed into
+Stages (``pipelines/stages.py``): the ``Source`` named by ``--source`` (``pipelines/registry.py``) plans work
+items on the driver, packed into
 read tasks of about one shard each; read tasks read raw inputs by URI (``--input`` is a local path, ``s3://``,
 ``gs://`` or ``hf://``) and cut them into groups of consecutive inputs → an actor pool runs the source's ``Parser``
 on each group's inputs and writes the group's shards straight into ``OUT/<dataset>/<version>/`` (``--out`` is a
@@ -15,8 +17,14 @@ quarantine and, last, the manifest (``pipelines/writer.py``). The last line prin
 
 from __future__ import annotations
 
+import dataclasses
+import gc
+import hashlib
+import json
 import os
+import shlex
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -29,13 +37,23 @@ if str(REPO_ROOT) not in sys.path:  # runs as a plain script and under `ray job 
 
 import pyarrow as pa  # noqa: E402
 
-from pipelines import stages  # noqa: E402
+from pipelines import registry, stages  # noqa: E402
+from pipelines.cli import chosen_section, command_config, nest  # noqa: E402
+from pipelines.console import Ticker, eta_s, progress_line  # noqa: E402
 from pipelines.errors import InputError, ReadError  # noqa: E402
-from pipelines.sources.generated import GeneratedConfig  # noqa: E402
-from pipelines.sources.replays import ReplayFilterConfig  # noqa: E402
-from pipelines.sources.slp import SlpConfig  # noqa: E402
+from pipelines.ray_start import start_ray  # noqa: E402
 from pipelines.stages import InputRecord, ParsedBatch  # noqa: E402
-from pipelines.writer import LostInputsError  # noqa: E402
+from pipelines.writer import (  # noqa: E402
+    BYTES_PER_MIB,
+    GroupResult,
+    GroupWriter,
+    LostInputsError,
+    VersionPublisher,
+    VersionSpec,
+    check_name,
+    drop_rows,
+)
+from shards_schema import storage  # noqa: E402
 from shards_schema.storage import RetryPolicy, StorageError  # noqa: E402
 
 
@@ -44,10 +62,10 @@ class ParseConfig:
     """Configuration of the replay-parsing job.
 
     Attributes:
-        source: where inputs come from (``pipelines/sources/``): ``generated`` (simulator battles), ``metamon``
-            (parsed .json.lz4), ``showdown-json`` (replay JSON files), ``hf-raw`` or ``pokechamp`` (replay tables,
-            Parquet), ``slp`` (Melee replays and their .zip/.7z/.tar/.tar.gz archives; synthetic games when
-            --input is empty).
+        source: where inputs come from (``pipelines/registry.py``): ``generated`` (simulator battles),
+            ``metamon`` (parsed .json.lz4), ``showdown-json`` (replay JSON files), ``hf-raw`` or ``pokechamp``
+            (replay tables, Parquet), ``slp`` (Melee replays and their .zip/.7z/.tar/.tar.gz archives; synthetic
+            games when --input is empty).
         out: output root; the version is published under OUT/<dataset>/<version>/.
         input: input folder, file or URI (``s3://``, ``gs://``, ``hf://datasets/<owner>/<name>@<revision>``);
             with --download, the local folder hub files are put in.
@@ -65,9 +83,8 @@ class ParseConfig:
         max_unreadable: work items the store may fail to deliver, after every retry, before the job stops without
             publishing (default 0: any lost input stops it). Accepted losses are quarantined ``unreadable``, and
             the version's name says which inputs it lacks, so it never takes the name of the complete version.
-        generated: battles and games the job makes itself.
-        replays: which public replays to keep.
-        slp: which Melee games to keep.
+        options: the source's own options (its dataclass is the source's ``options_class``: flags of another
+            source's options are refused); default: that dataclass's defaults.
     """
 
     source: str
@@ -84,18 +101,20 @@ class ParseConfig:
     num_cpus: int = 2
     progress_every_s: float = 10.0
     max_unreadable: int = 0
-    generated: GeneratedConfig = field(default_factory=GeneratedConfig)
-    replays: ReplayFilterConfig = field(default_factory=ReplayFilterConfig)
-    slp: SlpConfig = field(default_factory=SlpConfig)
+    options: object = chosen_section("source", registry.options_classes)
 
     def __post_init__(self):
-        stages.source_class(self.source).check(self)
+        source = registry.source_class(self.source)
+        if self.options is None:
+            object.__setattr__(self, "options", source.options_class())
+        elif not isinstance(self.options, source.options_class):
+            raise ValueError(f"--source {self.source} takes {source.options_class.__name__} options, got "
+                             f"{type(self.options).__name__}")
+        source.check(self.inputs, self.options)
         if self.shard_size_mb <= 0 or self.num_parse_actors < 1 or not 0 < self.cpus_per_actor <= 1:
             raise ValueError("need shard_size_mb > 0, num_parse_actors >= 1 and 0 < cpus_per_actor <= 1")
         if self.max_unreadable < 0:
             raise ValueError(f"--max-unreadable must be >= 0, got {self.max_unreadable}")
-        from pipelines.writer import check_name
-
         if self.dataset:  # the folder under --out
             check_name(self.dataset, "--dataset")
         for fmt in self.formats:  # hub archives are fetched as <format>.tar.gz into --input
@@ -103,20 +122,28 @@ class ParseConfig:
 
     @classmethod
     def tiny(cls, *, source: str = "generated", out: str = "out", **overrides) -> ParseConfig:
-        """A few battles per format, small shards: tests and the demo. Keyword overrides win; a section's fields
-        may be given by name (``min_frames=100``), as on the command line."""
-        from pipelines.cli import nest
+        """A few inputs, small shards: tests and the demo (the source's options from their own ``tiny()`` where
+        they have one). Keyword overrides win; an option may be given by name (``min_frames=100``), as on the
+        command line."""
+        flat = {"shard_size_mb": 0.5, "inputs_per_batch": 4, "progress_every_s": 5.0, **overrides}
+        given = nest(cls, {"source": source, **flat})
+        options_class = registry.source_class(source).options_class
+        if "options" not in flat and hasattr(options_class, "tiny"):
+            given["options"] = options_class.tiny(**(dataclasses.asdict(given["options"]) if "options" in given
+                                                     else {}))
+        return cls(out=out, **given)
 
-        flat = {"num_battles": 6, "battles_per_chunk": 3, "shard_size_mb": 0.5, "inputs_per_batch": 4,
-                "progress_every_s": 5.0, **overrides}
-        return cls(source=source, out=out, **nest(cls, flat))
+    @property
+    def inputs(self) -> stages.SourceInputs:
+        return stages.SourceInputs(input=self.input, formats=tuple(self.formats), download=self.download,
+                                   revision=self.revision)
 
     def make_source(self) -> stages.Source:
-        return stages.source_class(self.source)(self)
+        return registry.source_class(self.source)(self.inputs, self.options)
 
     @property
     def parser(self) -> type[stages.Parser]:
-        return stages.parser_class(stages.source_class(self.source).parser)
+        return registry.source_class(self.source).parser
 
     @property
     def schema_name(self) -> str:
@@ -124,7 +151,7 @@ class ParseConfig:
 
     @property
     def effective_formats(self) -> list[str]:
-        return list(self.formats) or list(stages.source_class(self.source).default_formats)
+        return list(self.make_source().formats)
 
     def output_config(self) -> dict:
         """The fields that shape the output (they enter the version's identity): the common ones and the
@@ -140,31 +167,24 @@ class ParseInputs:
     happens once per actor. As a Ray Data actor it takes groups (``read_groups`` rows), writes each group's shards
     into the version folder and returns its ``GroupResult``."""
 
-    def __init__(self, cfg: ParseConfig, version_uri: str = ""):
-        from pipelines.writer import BYTES_PER_MIB
-
-        self.source = cfg.source
-        self.parser = cfg.parser(cfg, cfg.source)
+    def __init__(self, source: stages.Source, version_uri: str = "", shard_size_mb: float = 128.0):
+        self.source = source.name
+        self.parser = source.make_parser()
         self.version_uri = version_uri
-        self.shard_size_bytes = int(cfg.shard_size_mb * BYTES_PER_MIB)
+        self.shard_size_bytes = int(shard_size_mb * BYTES_PER_MIB)
 
     def __call__(self, groups: pa.Table) -> pa.Table:
-        from pipelines.writer import GroupWriter
-
         results = []
         for i, group in enumerate(groups.column("group").to_pylist()):
             inputs = stages.struct_table(groups.column("inputs")[i].values)
             writer = GroupWriter(self.version_uri, group, self.parser.schema, shard_size_bytes=self.shard_size_bytes,
-                                 parquet_options=self.parser.parquet_options)
+                                 parquet_options=self.parser.parquet_options, index_rows=self.parser.index_rows,
+                                 unknown_words=self.parser.unknown_words)
             writer.add_batch(self.parse_batch(inputs))
             results.append(writer.close().to_arrow())
         return pa.concat_tables(results)
 
     def parse_batch(self, batch: pa.Table) -> ParsedBatch:
-        import gc
-        import hashlib
-        import json
-
         records, parsed = [], []
         # The parsers allocate many small objects and free them by reference counting; the cyclic collector
         # would run hundreds of times per batch for nothing (measured: a third of parse time).
@@ -275,8 +295,6 @@ def read_groups(tasks: pa.Table, *, source: stages.Source, group_bytes: float, p
     Each item read is told to ``progress`` (a ``ReadProgress`` actor), for the driver's progress line: reads go on
     while a group fills, so the line moves before the first group is parsed. A work item the store will not deliver
     is ``read_item``'s."""
-    import json
-
     for task, items_json in zip(tasks.column("task").to_pylist(), tasks.column("items").to_pylist(), strict=True):
         rows, size, number = [], 0, 0
         for item in json.loads(items_json):
@@ -322,15 +340,11 @@ def _storage_env() -> dict[str, str]:
     """Where the object store is, for the tasks of a local Ray instance: one started before these were set hands
     its workers the environment of its start. Never the keys (see ``storage.LOCATION_VARS``); on a cluster
     (``RAY_ADDRESS``) each node keeps its own settings."""
-    from shards_schema import storage
-
     return {} if os.environ.get("RAY_ADDRESS") else storage.location_env()
 
 
 def version_spec(cfg: ParseConfig, plan: stages.Plan):
     """The version this job writes, named before any input is read."""
-    from pipelines.writer import VersionSpec
-
     return VersionSpec(out_root=cfg.out, dataset=cfg.dataset or cfg.schema_name, code=cfg.parser.versions,
                        source=cfg.source, source_revision=plan.revision, config=cfg.output_config(),
                        planned_inputs=plan.identity())
@@ -339,20 +353,14 @@ def version_spec(cfg: ParseConfig, plan: stages.Plan):
 # ---------------------------------------------------------------------------- driver
 def init_ray(cfg: ParseConfig) -> None:
     """The job's cluster under ``ray job submit``, else a local Ray on 127.0.0.1; token auth on for both."""
-    from pipelines.ray_start import start_ray
-
     start_ray(num_cpus=cfg.num_cpus, log_to_driver=False)
 
 
 def run(cfg: ParseConfig, *, log=print):
     """Run the job; returns the writer's ``PublishResult``."""
     init_ray(cfg)  # before the first `import ray`: a local instance then binds 127.0.0.1 only (pipelines/ray_start.py)
-    import json
-
     import ray.data
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from pipelines.writer import BYTES_PER_MIB, GroupResult, VersionPublisher, drop_rows
 
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True  # groups reach the driver in input order
@@ -398,13 +406,12 @@ def run(cfg: ParseConfig, *, log=print):
                         **runtime_env)
     ds = ds.map_batches(ParseInputs, batch_format="pyarrow", batch_size=1,
                         compute=ray.data.ActorPoolStrategy(size=cfg.num_parse_actors), num_cpus=cfg.cpus_per_actor,
-                        fn_constructor_kwargs={"cfg": cfg, "version_uri": spec.uri}, **runtime_env)
+                        fn_constructor_kwargs={"source": source, "version_uri": spec.uri,
+                                               "shard_size_mb": cfg.shard_size_mb}, **runtime_env)
     rewrite = ray.remote(num_cpus=cfg.cpus_per_actor, **runtime_env)(drop_rows)
     publisher = VersionPublisher(spec, schema=parser.schema, index_schema=parser.index_schema,
                                  parquet_options=parser.parquet_options, max_unreadable=cfg.max_unreadable,
                                  rewrite=lambda *args: ray.get(rewrite.remote(*args)))
-    from pipelines.console import Ticker
-
     progress = ParseProgress(plan, group_bytes, reader, publisher, Ticker(cfg.progress_every_s, log))
     try:
         with progress:
@@ -417,7 +424,7 @@ def run(cfg: ParseConfig, *, log=print):
         raise
     for name in published.removed:
         log(f"[parse] removed {name}: a file of a run that was killed or had other contents")
-    _summary(published, time.monotonic() - progress.start, log)
+    _summary(published, parser, time.monotonic() - progress.start, log)
     return published
 
 
@@ -437,8 +444,6 @@ class ParseProgress:
     def line(self) -> str:
         import ray
 
-        from pipelines.console import eta_s, progress_line
-
         read_bytes, read_inputs = ray.get(self.reader.snapshot.remote())
         share = min(read_bytes / self.total_bytes, 1.0) if self.total_bytes else 1.0
         elapsed_s = time.monotonic() - self.start
@@ -455,8 +460,6 @@ class ParseProgress:
                              eta_s(share, 1.0, elapsed_s))
 
     def __enter__(self):
-        import threading
-
         self.stop = threading.Event()
 
         def every():
@@ -476,25 +479,9 @@ class ParseProgress:
             self.ticker.end()
 
 
-NEXT_STEPS = {
-    "pokemon_turns": (("look at it", "REPLAYFORGE_VERSION={uri} make notebook"),
-                      ("train a policy", "{python} training/offline_rl.py --shards {uri} --out runs/bc --preset tiny "
-                                         "--steps 200"),
-                      ("battle it", "{python} training/evaluate.py --checkpoint runs/bc --battles 20 --port 8123")),
-    "melee_frames": (("look at it", "REPLAYFORGE_VERSION={uri} make notebook"),
-                     ("train a world model", "{python} training/world_model.py --shards {uri} --out runs/wm "
-                                             "--preset tiny --steps 200"),
-                     ("play it", "{python} training/world_model_play.py --checkpoint runs/wm --shards {uri} "
-                                 "--out runs/play --preset tiny")),
-}
-"""What comes after a parse, by dataset: the commands the summary ends with (``{uri}`` the published version,
-``{python}`` this interpreter)."""
-
-
-def next_steps(dataset_schema: str, uri: str) -> list[str]:
-    """The summary's closing lines: each next command, runnable as printed."""
-    import shlex
-
+def next_steps(parser: type[stages.Parser], uri: str) -> list[str]:
+    """The summary's closing lines: each next command of the parser's dataset (``Parser.next_steps``), runnable as
+    printed."""
     try:
         cwd = os.getcwd()
     except FileNotFoundError:  # under `ray job submit` the job's working folder may be gone once the job is done
@@ -502,14 +489,12 @@ def next_steps(dataset_schema: str, uri: str) -> list[str]:
     python = os.path.relpath(sys.executable, cwd) if cwd and sys.executable.startswith(cwd + os.sep) \
         else sys.executable
     lines = []
-    for what, command in NEXT_STEPS.get(dataset_schema, ()):
+    for what, command in parser.next_steps:
         lines.append(f"[parse] {what + ':':21s} " + command.format(uri=shlex.quote(uri), python=shlex.quote(python)))
     return lines
 
 
-def _summary(published, elapsed_s: float, log) -> None:
-    from pipelines.writer import BYTES_PER_MIB
-
+def _summary(published, parser: type[stages.Parser], elapsed_s: float, log) -> None:
     m = published.manifest
     c = m.counts
     total_mib = sum(f.bytes for f in m.files) / BYTES_PER_MIB
@@ -518,15 +503,11 @@ def _summary(published, elapsed_s: float, log) -> None:
     for kind, reasons in (("filtered", c.filtered), ("quarantined", c.quarantined)):
         for reason, n in reasons.items():
             log(f"[parse]   {kind} {reason}: {n}")
-    if m.schema_name == "melee_frames":
-        what = f"{c.trajectories} games, {c.rows} frames"
-    else:
-        what = f"{c.trajectories} trajectories, {c.rows} rows, {c.unknown_words} unknown observation words,"
-    log(f"[parse] {what} in {len(m.files)} shards ({total_mib:.1f} MiB), {c.rows / max(elapsed_s, 1e-9):.0f} rows/s "
-        f"over {elapsed_s:.1f}s")
+    log(f"[parse] {parser.describe(c)} in {len(m.files)} shards ({total_mib:.1f} MiB), "
+        f"{c.rows / max(elapsed_s, 1e-9):.0f} rows/s over {elapsed_s:.1f}s")
     log("[parse] " + ("already published with identical contents: " if published.reused else "published: ")
         + f"{m.dataset}/{m.version}")
-    for line in next_steps(m.schema_name, published.uri):
+    for line in next_steps(parser, published.uri):
         log(line)
     log(published.uri)
 
@@ -546,8 +527,6 @@ def store_failure(err: BaseException) -> StorageError | LostInputsError | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from pipelines.cli import command_config
-
     cfg = command_config(ParseConfig, argv)
     try:
         run(cfg)

@@ -52,11 +52,12 @@ def refeaturize_table(table: pa.Table) -> pa.Table:
 
 
 def run(cfg: RefeaturizeConfig, *, log=print):
+    from pipelines.pokemon.parser import PokemonParser
     from pipelines.stages import InputRecord
     from pipelines.writer import BYTES_PER_MIB, ShardWriter, VersionSpec
+    from shards_schema.pokemon import CODE_VERSIONS as POKEMON_TURNS
     from shards_schema.pokemon import INDEX_SCHEMA, TURNS_SCHEMA
     from shards_schema.reader import open_version
-    from shards_schema.versions import POKEMON_TURNS
 
     source = open_version(cfg.input, ignore_versions=("observation",))
     m = source.manifest
@@ -65,7 +66,8 @@ def run(cfg: RefeaturizeConfig, *, log=print):
     spec = VersionSpec(out_root=cfg.out, dataset=cfg.dataset or m.dataset, code=POKEMON_TURNS, source=m.source,
                        source_revision=m.source_revision, config=config, planned_inputs=m.inputs_sha256)
     writer = ShardWriter(spec, schema=TURNS_SCHEMA, index_schema=INDEX_SCHEMA,
-                         shard_size_bytes=int(cfg.shard_size_mb * BYTES_PER_MIB))
+                         shard_size_bytes=int(cfg.shard_size_mb * BYTES_PER_MIB),
+                         index_rows=PokemonParser.index_rows, unknown_words=PokemonParser.unknown_words)
     start = time.monotonic()
     index = source.index().to_pylist()
     quarantine = source.quarantine().to_pylist()

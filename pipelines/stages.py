@@ -4,8 +4,9 @@ A ``Source`` plans work items on the driver (small picklable records: URIs, arch
 reads raw inputs in read tasks (``read_row`` per input: its bytes, or why it could not be read or is not parsed),
 and names its revision. A ``Parser`` turns one input's bytes into rows of its declared schema, or a filter reason,
 or raises a typed ``InputError``; one parser serves a family of sources (the three public-replay sources share
-one). Both are registered once, by name, in the module that defines them: every module of ``pipelines/sources/``
-is imported when the registry is first used, so a new source is one new module there.
+one). Each takes only its own arguments: what every source is told about its inputs (``SourceInputs``) and its
+own options section. A game's sources and parsers live in its package (``pipelines/<game>/``) and are registered
+once in ``pipelines/registry.py``; this module names no game.
 
 What the parse stage hands the writer is typed: one ``InputRecord`` per input, in input order, and the rows of
 the batch's written inputs as one Arrow table (``ParsedBatch``). Between Ray tasks a batch travels as one Arrow
@@ -16,18 +17,16 @@ of structs of the row schema, so no bytes are re-encoded on the way.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
-import pkgutil
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple
 
 import pyarrow as pa
 
-if TYPE_CHECKING:
-    from pipelines.parse_replays import ParseConfig
-    from shards_schema.versions import CodeVersions
+from shards_schema.declare import to_table
+from shards_schema.manifest import Counts
+from shards_schema.versions import CodeVersions
 
 
 # ---------------------------------------------------------------------------- source → parser
@@ -115,13 +114,36 @@ def pack_tasks(items: list[dict], budget_bytes: float) -> list[list[dict]]:
     return tasks
 
 
+@dataclass(frozen=True, kw_only=True)
+class SourceInputs:
+    """What the job tells every source about its inputs.
+
+    Attributes:
+        input: the input folder, file or URI ("" where the source needs none).
+        formats: the formats asked for (empty: the source's ``default_formats``, else every format).
+        download: mirror the source's hub dataset into the local ``input`` first.
+        revision: the hub revision to read or download ("" for the source's pinned one).
+    """
+
+    input: str = ""
+    formats: tuple[str, ...] = ()
+    download: bool = False
+    revision: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoOptions:
+    """A source without options of its own."""
+
+
 class Source(ABC):
     """Where raw inputs come from. Planned on the driver, read in Ray tasks (the instance is pickled into them, so
-    it holds only the config and small values), never parses.
+    it holds only its inputs, its options and small values), never parses.
 
     Class attributes:
         name: the ``--source`` value.
-        parser: the name of the registered ``Parser`` of its inputs.
+        parser: the ``Parser`` of its inputs.
+        options_class: the typed dataclass of its own options (its section of the command line).
         shard_bytes_per_input_byte: about how many shard bytes one byte of its inputs becomes (measured; see each
             source): inputs are grouped so that a group makes about one shard of ``--shard-size-mb``.
         bounded_reads: at most ``--num-parse-actors`` read tasks at once (else Ray Data decides), for reads that
@@ -131,14 +153,24 @@ class Source(ABC):
     """
 
     name: ClassVar[str]
-    parser: ClassVar[str]
+    parser: ClassVar[type[Parser]]
+    options_class: ClassVar[type] = NoOptions
     shard_bytes_per_input_byte: ClassVar[float]
     bounded_reads: ClassVar[bool] = False
     needs_input: ClassVar[bool] = True
     default_formats: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, cfg: ParseConfig):
-        self.cfg = cfg
+    def __init__(self, inputs: SourceInputs, options=None):
+        self.inputs = inputs
+        self.options = self.options_class() if options is None else options
+        if not isinstance(self.options, self.options_class):
+            raise TypeError(f"--source {self.name} takes {self.options_class.__name__} options, got "
+                            f"{type(self.options).__name__}")
+
+    @property
+    def formats(self) -> tuple[str, ...]:
+        """The formats this run reads: the asked ones, else the source's defaults (empty: every format)."""
+        return tuple(self.inputs.formats) or tuple(self.default_formats)
 
     @abstractmethod
     def plan(self) -> Plan:
@@ -149,15 +181,19 @@ class Source(ABC):
         """In a read task: the ``read_row`` of each input of one work item."""
 
     def output_config(self) -> dict:
-        """The config values that shape this source's output, beyond the common ones (they enter the version
+        """The option values that shape this source's output, beyond the common ones (they enter the version
         name): each source names its own."""
         return {}
 
     @classmethod
-    def check(cls, cfg: ParseConfig) -> None:
-        """Cross-field checks of a config for this source; ValueError with the fix."""
-        if cls.needs_input and not cfg.input:
+    def check(cls, inputs: SourceInputs, options) -> None:
+        """Cross-field checks of a job's inputs and options for this source; ValueError with the fix."""
+        if cls.needs_input and not inputs.input:
             raise ValueError(f"--source {cls.name} needs --input (a folder, file or URI of inputs)")
+
+    def make_parser(self) -> Parser:
+        """This source's parser, with what it needs of the source's options and formats (in each parse actor)."""
+        return self.parser(options=self.options, formats=self.formats, source=self.name)
 
 
 class Parsed(NamedTuple):
@@ -177,20 +213,22 @@ class Parser(ABC):
     goes in ``__init__``); ``parse`` is a plain method, testable without Ray.
 
     Class attributes:
-        name: registry key; sources name it.
         schema, index_schema: the declared row and index schemas of its shard versions.
         versions: the code versions written into the manifest.
         parquet_options: pyarrow Parquet options of its shards (None: the writer's default).
+        next_steps: (what, command) pairs the job's summary ends with: ``{uri}`` is the published version,
+            ``{python}`` the interpreter.
     """
 
-    name: ClassVar[str]
     schema: ClassVar[pa.Schema]
     index_schema: ClassVar[pa.Schema]
     versions: ClassVar[CodeVersions]
     parquet_options: ClassVar[dict | None] = None
+    next_steps: ClassVar[tuple[tuple[str, str], ...]] = ()
 
-    def __init__(self, cfg: ParseConfig, source: str):
-        self.cfg, self.source = cfg, source
+    def __init__(self, *, options, formats: tuple[str, ...], source: str):
+        self.options, self.source = options, source
+        self.formats = frozenset(formats) if formats else None
 
     @classmethod
     def schema_name(cls) -> str:
@@ -207,9 +245,23 @@ class Parser(ABC):
     def table(self, rows: list[dict]) -> pa.Table:
         """Rows of ``parse`` (from any number of inputs) → a table of ``schema``. Raises ``ValueError``,
         ``TypeError``, ``KeyError`` or an ``ArrowException`` when a value does not fit the schema."""
-        from shards_schema.declare import to_table
-
         return to_table(rows, self.schema)
+
+    @staticmethod
+    def index_rows(rows: pa.Table) -> list[dict]:
+        """The index rows of one written input's rows, for parsers whose ``Parsed`` leaves ``index_rows`` None
+        (the writer calls it in the worker)."""
+        raise NotImplementedError("this parser's Parsed results must carry index_rows")
+
+    @staticmethod
+    def unknown_words(rows: pa.Table) -> int:
+        """Observation words outside the vocabulary in one input's rows (the manifest's ``unknown_words``)."""
+        return 0
+
+    @classmethod
+    def describe(cls, counts: Counts) -> str:
+        """What a version holds, for the job's summary line."""
+        return f"{counts.trajectories} trajectories, {counts.rows} rows"
 
 
 # ---------------------------------------------------------------------------- parser → writer
@@ -328,54 +380,3 @@ class ParsedBatch:
         # The struct drops the schema's metadata (schema name and version, which every shard file carries):
         # the declared schema is put back, without copying the columns.
         return cls(records, pa.Table.from_arrays(rows.columns, schema=row_schema))
-
-
-# ---------------------------------------------------------------------------- registries
-SOURCES: dict[str, type[Source]] = {}
-PARSERS: dict[str, type[Parser]] = {}
-_SOURCE_PACKAGE = "pipelines.sources"
-
-
-def _registrar(registry: dict, kind: str, name: str):
-    def register(cls):
-        if registry.get(name, cls) is not cls:
-            raise ValueError(f"{kind} {name!r} is registered twice ({registry[name].__module__}, {cls.__module__})")
-        cls.name = name
-        registry[name] = cls
-        return cls
-
-    return register
-
-
-def register_source(name: str):
-    """Class decorator: make a ``Source`` available as ``--source name``."""
-    return _registrar(SOURCES, "source", name)
-
-
-def register_parser(name: str):
-    """Class decorator: make a ``Parser`` available to sources by name."""
-    return _registrar(PARSERS, "parser", name)
-
-
-def _load() -> None:
-    """Import every module of ``pipelines/sources/``: each registers its sources and parsers."""
-    package = importlib.import_module(_SOURCE_PACKAGE)
-    for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
-        importlib.import_module(f"{_SOURCE_PACKAGE}.{module}")
-
-
-def source_names() -> list[str]:
-    _load()
-    return sorted(SOURCES)
-
-
-def source_class(name: str) -> type[Source]:
-    _load()
-    if name not in SOURCES:
-        raise ValueError(f"--source must be one of {tuple(sorted(SOURCES))}, got {name!r}")
-    return SOURCES[name]
-
-
-def parser_class(name: str) -> type[Parser]:
-    _load()
-    return PARSERS[name]

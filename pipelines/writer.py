@@ -34,7 +34,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.stages import InputRecord, ParsedBatch, record_table, records_of, struct_table
@@ -50,11 +49,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 _ROW_GROUP_ROWS = 16_384
 """Small enough that a reader fetches a trajectory or a window of frames by reading one or two row groups."""
 _PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3, "use_dictionary": True, "write_statistics": True}
-FRAME_PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 1, "use_dictionary": ["game_id"],
-                         "write_statistics": ["game_id", "frame"]}
-"""Per-frame numeric shards: dictionaries on float columns cost time and bytes (measured on the shared replays:
-0.93 vs 1.37 µs/frame to write, 15.6 vs 21.5 bytes/frame)."""
-
 
 def git_commit() -> str:
     try:
@@ -145,21 +139,6 @@ class WrittenKeys:
             rest = np.ones(len(digests), bool)
             rest[take] = False
             digests, winners, slots = digests[rest], winners[rest], (slots[rest] + np.uint64(1)) & mask
-
-
-def _trajectory_index(table: pa.Table) -> list[dict]:
-    """Index rows of ``pokemon_turns`` rows: the trajectories of one input are contiguous."""
-    ids = table.column("trajectory_id").to_pylist()
-    meta = {k: table.column(k).to_pylist() for k in ("battle_id", "format", "player_side", "result", "rating")}
-    out, start = [], 0
-    while start < len(ids):
-        end = start
-        while end < len(ids) and ids[end] == ids[start]:
-            end += 1
-        out.append({"trajectory_id": ids[start], **{k: v[start] for k, v in meta.items()}, "row_start": start,
-                    "num_rows": end - start})
-        start = end
-    return out
 
 
 # ---------------------------------------------------------------------------- what a version is
@@ -299,9 +278,13 @@ class GroupWriter:
     ``unencodable_rows``), and the others are written. Only the failure path pays for that search."""
 
     def __init__(self, version_uri: str, group: str, schema: pa.Schema, *, shard_size_bytes: int,
-                 parquet_options: dict | None = None):
+                 parquet_options: dict | None = None, index_rows: Callable[[pa.Table], list[dict]] | None = None,
+                 unknown_words: Callable[[pa.Table], int] | None = None):
+        """``index_rows``: the index rows of a written input's rows when its record carries none (a parser's
+        ``index_rows``); ``unknown_words``: observation words outside the vocabulary in an input's rows."""
         self.version_uri, self.group, self.schema = version_uri, group, schema
         self.shard_size_bytes, self.parquet_options = shard_size_bytes, parquet_options
+        self._index_rows, self._unknown_words = index_rows, unknown_words
         self._records: list[InputRecord] = []
         self._placements: list[Placement | None] = []
         self._files: list[FileEntry] = []
@@ -347,10 +330,13 @@ class GroupWriter:
             self._records.append(record)
             self._placements.append(None)
             return
-        index_rows = record.index_rows if record.index_rows is not None else _trajectory_index(rows)
-        unknown = 0
-        if "obs_unknown_words" in rows.column_names:
-            unknown = pc.sum(rows.column("obs_unknown_words")).as_py() or 0
+        index_rows = record.index_rows
+        if index_rows is None:
+            if self._index_rows is None:
+                raise ValueError(f"{record.input_id}: written without index rows, and this writer has no index "
+                                 "builder (give GroupWriter the parser's index_rows)")
+            index_rows = self._index_rows(rows)
+        unknown = self._unknown_words(rows) if self._unknown_words is not None else 0
         self._pending_at.append(len(self._records))
         self._records.append(replace(record, index_rows=index_rows))
         self._placements.append(Placement(file="", row_start=self._pending_rows, unknown_words=unknown))
@@ -643,10 +629,11 @@ class ShardWriter:
     versions, tests. The same files, names and manifest as the job's."""
 
     def __init__(self, spec: VersionSpec, *, schema: pa.Schema, index_schema: pa.Schema, shard_size_bytes: int,
-                 parquet_options: dict | None = None):
+                 parquet_options: dict | None = None, index_rows: Callable[[pa.Table], list[dict]] | None = None,
+                 unknown_words: Callable[[pa.Table], int] | None = None):
         self.spec = spec
         self._group = GroupWriter(spec.uri, "00000-000", schema, shard_size_bytes=shard_size_bytes,
-                                  parquet_options=parquet_options)
+                                  parquet_options=parquet_options, index_rows=index_rows, unknown_words=unknown_words)
         self.publisher = VersionPublisher(spec, schema=schema, index_schema=index_schema,
                                           parquet_options=parquet_options)
 

@@ -11,6 +11,8 @@ MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
 """The manifest layout this checkout writes and reads; a reader refuses any other (bump it when a field's
 meaning changes or a field is removed)."""
+UPGRADE_COMMAND = "git pull && make setup"
+"""What brings this checkout up to a newer replayforge's files."""
 REPUBLISH_COMMAND = "python pipelines/parse_replays.py --source <source> --input <raw inputs> --out <dir>"
 
 
@@ -121,8 +123,6 @@ class Manifest:
         layout = raw.get("manifest_format") if isinstance(raw, dict) else None
         if type(layout) is not int or layout != MANIFEST_FORMAT:  # `is`: JSON true is a bool, and True == 1
             if type(layout) is int and layout > MANIFEST_FORMAT:
-                from shards_schema.versions import UPGRADE_COMMAND
-
                 fix = f"it was written by a newer replayforge; upgrade to read it: `{UPGRADE_COMMAND}`"
             else:
                 fix = f"no replayforge writes that: the file is corrupt or not a shard manifest; {rewrite}"

@@ -13,10 +13,25 @@ from typing import Annotated
 import pyarrow as pa
 
 from shards_schema.declare import arrow_fields, arrow_schema, i32, u8, u16, u32
-from shards_schema.versions import MELEE_FRAMES
+from shards_schema.versions import CodeVersions
 
 SCHEMA_NAME = "melee_frames"
-SCHEMA_VERSION = MELEE_FRAMES.schema
+CODE_VERSIONS = CodeVersions(
+    # 3.0.0: the games index gains complete, repaired_events and repaired_codes (major: open_version compares a
+    # version's index schema with the declared one, so neither side reads the other's index). 2.0.0: projectile
+    # slots are four named structs instead of a fixed-size list.
+    schema="3.0.0",
+    # 3.1.0: files peppi refuses for events it does not support are repaired (those events dropped) and written;
+    # rows of files parsed before are unchanged. 3.0.0: items in hand (blaster, held needles, smoke, a turnip in
+    # hand) are not projectiles; the physical L trigger Slippi 0.1-1.x write as 0.0 while L is pressed is null;
+    # winner_port is the player who did not quit an LRAS no-contest. 2.0.0: physical trigger values outside [0, 1]
+    # (garbage in Slippi 0.1-1.0 files) are null.
+    parser="3.1.0",
+    observation="0.0.0",
+    reparse_command="python pipelines/parse_replays.py --source slp --input <replays> --out <dir>",
+    refeaturize_command=None,
+)
+SCHEMA_VERSION = CODE_VERSIONS.schema
 PROJECTILE_SLOTS = 4
 
 

@@ -12,10 +12,27 @@ from typing import Annotated
 import pyarrow as pa
 
 from shards_schema.declare import arrow_schema, i8, i16, i32
-from shards_schema.versions import POKEMON_TURNS
+from shards_schema.versions import CodeVersions
 
 SCHEMA_NAME = "pokemon_turns"
-SCHEMA_VERSION = POKEMON_TURNS.schema
+CODE_VERSIONS = CodeVersions(
+    # 2.0.0: rows say whether the chosen move was a Z-move or a Max move (zmove, dynamax), states can_zmove and
+    # can_dynamax (a major: readers compare the row struct exactly)
+    schema="2.0.0",
+    # 4.0.0: Illusion read as its owner and its foe saw it (|replace|); forme changes end on switch-out; the zmove and
+    # dynamax flags. 3.0.0: Z-moves and Max moves are never move slots (a status or signature Z-move is its base); Sleep
+    # Talk's move
+    # revealed to the foe, Mirror Move's/Metronome's (gens 1-3) not the user's; Mega/Primal/Ultra Burst items; a
+    # Transform's copied moves end with it; Imposter and gen 4-5 Frisk read; older logs' [from]X and format ids.
+    # 2.0.0: choices shown by |cant|/Sleep Talk and Hidden Power recorded; "???" move type a word; Metamon ties, case
+    parser="4.0.0",
+    # 2.0.0: word 2 names the gimmick open now (cantera, canzmove, candynamax, nogimmick); numbers 48-49 the actives'
+    # Dynamax turns left
+    observation="2.0.0",
+    reparse_command="python pipelines/parse_replays.py --source <source> --input <raw inputs> --out <dir>",
+    refeaturize_command="python pipelines/refeaturize.py --input <this version folder> --out <dir>",
+)
+SCHEMA_VERSION = CODE_VERSIONS.schema
 
 NUM_MOVES = 4
 NUM_SWITCHES = 5

@@ -2,7 +2,7 @@
 
 ``open_version(uri)`` checks the manifest, the code's major versions, each file's size and sha256 and each
 shard's Arrow schema before returning anything, so a trainer never reads rows it would misinterpret. The version is
-a local folder or an object-store URI (``s3://bucket/out/pokemon_turns/<version>``): every read goes through
+a local folder or an object-store URI (``s3://bucket/out/<dataset>/<version>``): every read goes through
 ``shards_schema.storage``, because a cluster's workers do not share the driver's disk.
 """
 
@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from shards_schema import storage
 from shards_schema.manifest import MANIFEST_NAME, FileEntry, Manifest, ManifestError  # noqa: F401 - re-exported
+from shards_schema.registry import dataset
 from shards_schema.versions import check_versions
 
 
@@ -32,14 +33,6 @@ def sha256_file(uri: str | Path, chunk_bytes: int = 1 << 22) -> str:
         while chunk := fh.read(chunk_bytes):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _declared_schemas(schema_name: str) -> tuple[pa.Schema, pa.Schema]:
-    from shards_schema.melee import FRAMES_SCHEMA, GAMES_SCHEMA
-    from shards_schema.pokemon import INDEX_SCHEMA, TURNS_SCHEMA
-
-    schemas = {"pokemon_turns": (TURNS_SCHEMA, INDEX_SCHEMA), "melee_frames": (FRAMES_SCHEMA, GAMES_SCHEMA)}
-    return schemas[schema_name]
 
 
 @dataclass(frozen=True)
@@ -75,7 +68,7 @@ class ShardVersion:
 
     def table(self, columns: list[str] | None = None) -> pa.Table:
         """All rows in file order (small versions, tests, notebooks)."""
-        schema, _ = _declared_schemas(self.manifest.schema_name)
+        schema = dataset(self.manifest.schema_name).rows
         tables = [self.read_table(f.path, columns) for f in self.manifest.files]
         if not tables:
             return schema.empty_table() if columns is None else schema.empty_table().select(columns)
@@ -191,11 +184,11 @@ def open_version(path: str | Path, *, check_sha256: bool = True, ignore_versions
             "job that was writing this one)"
         )
     manifest = Manifest.load(version)
-    check_versions(manifest, ignore=ignore_versions)
-    turns_schema, index_schema = _declared_schemas(manifest.schema_name)
+    spec = dataset(manifest.schema_name)
+    check_versions(manifest, spec.code, ignore=ignore_versions)
     for entry in [*manifest.files, manifest.index_file, manifest.quarantine_file]:
         _verify_file(version, entry, check_sha256=check_sha256)
-    for entry, declared in [(f, turns_schema) for f in manifest.files] + [(manifest.index_file, index_schema)]:
+    for entry, declared in [(f, spec.rows) for f in manifest.files] + [(manifest.index_file, spec.index)]:
         uri = storage.join(version, entry.path)
         fs, inner = storage.resolve(uri)
         stored = pq.read_schema(inner, filesystem=fs)

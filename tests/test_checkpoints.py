@@ -11,8 +11,6 @@ import pytest
 import torch
 
 from training.checkpoints import (
-    MELEE_FEATURES,
-    POKEMON_OBSERVATION,
     CheckpointError,
     DataIdentity,
     check_features,
@@ -20,6 +18,7 @@ from training.checkpoints import (
     payload,
     read_checkpoint,
 )
+from training.registry import MELEE_FEATURES, POKEMON_OBSERVATION
 
 
 def _melee(**changes) -> DataIdentity:

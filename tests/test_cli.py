@@ -96,10 +96,11 @@ def test_shard_size_mb_is_mib_in_the_help_the_writer_and_the_summary():
 
     for cls in (ParseConfig, RefeaturizeConfig):
         assert "in MiB (2**20 bytes)" in field_help(cls)["shard_size_mb"]
-    assert ParseInputs(ParseConfig.tiny(source="slp", shard_size_mb=3)).shard_size_bytes == 3 * 2**20
+    slp = ParseConfig.tiny(source="slp", shard_size_mb=3)
+    assert ParseInputs(slp.make_source(), shard_size_mb=slp.shard_size_mb).shard_size_bytes == 3 * 2**20
     files = [SimpleNamespace(bytes=3 * 2**20), SimpleNamespace(bytes=2**19)]
     counts = SimpleNamespace(inputs=2, written=2, filtered={}, quarantined={}, trajectories=2, rows=10)
     manifest = SimpleNamespace(counts=counts, files=files, schema_name="melee_frames", dataset="d", version="v")
     logs: list[str] = []
-    _summary(SimpleNamespace(manifest=manifest, reused=False, uri="u"), 1.0, logs.append)
+    _summary(SimpleNamespace(manifest=manifest, reused=False, uri="u"), slp.parser, 1.0, logs.append)
     assert "2 games, 10 frames in 2 shards (3.5 MiB)" in "\n".join(logs)  # 3.67 were it 10**6 bytes

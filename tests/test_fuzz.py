@@ -12,8 +12,8 @@ from conftest import needs_simulator, shared_data
 
 from pipelines.errors import InputError
 from pipelines.parse_replays import ParseConfig, ParseInputs, run
+from pipelines.pokemon import generated, metamon
 from pipelines.pokemon.dex import known_formats, load_dex
-from pipelines.sources import generated, metamon
 from pipelines.stages import read_row
 
 DEXES = {g: load_dex(g) for g in range(1, 10)}
@@ -107,7 +107,7 @@ def test_unexpected_exceptions_are_recorded_not_fatal(monkeypatch):
     """A parser bug on one input becomes a loud quarantine record, never a crashed job."""
     import pyarrow as pa
 
-    actor = ParseInputs(ParseConfig(source="metamon", input="unused", out="unused"))
+    actor = ParseInputs(ParseConfig(source="metamon", input="unused", out="unused").make_source())
 
     def broken(*_):
         raise ZeroDivisionError("bug")
@@ -125,7 +125,7 @@ def test_fuzzed_parquet_tables_never_crash_the_read_stage(tmp_path, compression)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipelines.sources.replays import plan_row_groups, read_row_group
+    from pipelines.pokemon.replays import plan_row_groups, read_row_group
 
     n = 6
     table = pa.table({"id": [f"b{i}" for i in range(n)], "format": ["[Gen 1] OU"] * n,

@@ -8,8 +8,8 @@ import pytest
 from conftest import needs_simulator
 
 from pipelines.errors import InputError, InvalidRecordError, TruncatedBattleError
+from pipelines.pokemon import generated
 from pipelines.pokemon.dex import load_dex
-from pipelines.sources import generated
 
 pytestmark = needs_simulator
 DEXES = {g: load_dex(g) for g in range(1, 10)}

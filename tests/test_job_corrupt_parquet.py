@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from conftest import shared_data
 
 from pipelines.parse_replays import ParseConfig, run
-from pipelines.sources.replays import read_row_group
+from pipelines.pokemon.replays import read_row_group
 from shards_schema.reader import open_version
 
 REPLAYS = ("smogtours-gen1ou-733374.json", "smogtours-gen9ou-733546.json")

@@ -267,7 +267,7 @@ def test_hub_download_pins_and_filters(monkeypatch, tmp_path):
     """The hub call is the network's; what we own: the revision resolved to a commit, only matching archives."""
     import huggingface_hub
 
-    from pipelines.melee import sources
+    from pipelines.melee import archives
 
     class FakeApi:
         def dataset_info(self, repo, revision):
@@ -280,7 +280,7 @@ def test_hub_download_pins_and_filters(monkeypatch, tmp_path):
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda **kw: fetched.append((kw["filename"],
                                                                                           kw["revision"])))
-    assert sources.download("erickfm/melee-ranked-replays", tmp_path, "v2", ["*FOX*"]) == \
+    assert archives.download("erickfm/melee-ranked-replays", tmp_path, "v2", ["*FOX*"]) == \
         "erickfm/melee-ranked-replays@abc123"
     assert fetched == [("FOX.tar.gz", "abc123")]
 

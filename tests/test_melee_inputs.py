@@ -10,8 +10,8 @@ import zipfile
 import pytest
 from conftest import damaged_copies
 
-from pipelines.melee.sources import NOT_A_REPLAY, REST, iter_path, list_inputs
-from pipelines.sources import list_files
+from pipelines.inputs import list_files
+from pipelines.melee.archives import NOT_A_REPLAY, REST, iter_path, list_inputs
 
 GAMES = [bytes([i]) * 3000 + b"replay %d" % i for i in range(3)]  # what the reader sees; parsing is not its job
 

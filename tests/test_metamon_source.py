@@ -8,8 +8,8 @@ import pytest
 from conftest import shared_data
 
 from pipelines.errors import CorruptCompressionError, InvalidJsonError, InvalidRecordError
+from pipelines.pokemon import metamon
 from pipelines.pokemon.trajectory import turns_table
-from pipelines.sources import metamon
 from shards_schema.pokemon import TURNS_SCHEMA
 
 GEN1_WIN = "smogtours-gen1ou-733374_Unrated_Green on fire_vs_squirtlnthasheldr_12-02-2023_WIN.json.lz4"

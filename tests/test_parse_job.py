@@ -139,7 +139,7 @@ def test_cli_refuses_a_dataset_outside_out(tmp_path, capsys):
         assert f"{flag} must be a single folder or file name" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
     cfg = parse_config(ParseConfig, ["--tiny", "--out", str(out), "--dataset", "mine"])
-    assert (cfg.dataset, cfg.generated.num_battles) == ("mine", 6)
+    assert (cfg.dataset, cfg.options.num_battles) == ("mine", 6)
 
 
 def _job_in_a_process(out: Path, num_games: int) -> subprocess.Popen:

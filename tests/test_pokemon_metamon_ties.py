@@ -11,9 +11,9 @@ import pyarrow as pa
 from conftest import shared_data
 
 from pipelines.parse_replays import ParseConfig, ParseInputs, run
+from pipelines.pokemon import metamon
 from pipelines.pokemon.dex import load_dex
 from pipelines.pokemon.spectator import spectator_trajectories
-from pipelines.sources import metamon
 from shards_schema.reader import open_version
 
 
@@ -39,7 +39,7 @@ def _metamon_files(ending: str) -> dict[str, bytes]:
 
 def _results(read_rows: list[dict]) -> dict[str, set[str]]:
     """input id → results of its rows, through the parse stage's actor class (no Ray needed)."""
-    parse = ParseInputs(ParseConfig(source="metamon", input="unused", out="unused"))
+    parse = ParseInputs(ParseConfig(source="metamon", input="unused", out="unused").make_source())
     out = parse.parse_batch(pa.Table.from_pylist(read_rows))
     assert {r.status for r in out.records} == {"written"}
     table = out.rows
@@ -59,7 +59,7 @@ def test_archive_members_of_a_tie_are_read_as_a_tie(tmp_path):
             path = tmp_path / name
             path.write_bytes(payload)
             tar.add(path, arcname=f"gen1ou/{name}")
-    rows = metamon.MetamonSource(ParseConfig(source="metamon", input=str(tmp_path), out="unused")).read(
+    rows = ParseConfig(source="metamon", input=str(tmp_path), out="unused").make_source().read(
         {"uri": str(archive), "root": str(tmp_path)})
     facts = {r["input_id"].split("_")[0].split("/")[-1]: r["facts_json"] for r in rows}
     assert facts == {"smogtours-gen1ou-733374t": '{"result": "tie"}', "smogtours-gen1ou-733374w": None}

@@ -9,8 +9,9 @@ import pytest
 
 from pipelines.refeaturize import RefeaturizeConfig, run
 from shards_schema.manifest import Manifest
+from shards_schema.pokemon import CODE_VERSIONS as POKEMON_TURNS
 from shards_schema.reader import open_version
-from shards_schema.versions import POKEMON_TURNS, VersionMismatchError
+from shards_schema.versions import VersionMismatchError
 
 
 def test_old_observation_version_is_refeaturized(tiny_generated, tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from conftest import shared_data
 
 from pipelines.parse_replays import ParseConfig, run
-from pipelines.sources.replays import Replay, ReplayFilters, normalize
+from pipelines.pokemon.replays import Replay, ReplayFilters, normalize
 from shards_schema.reader import open_version
 
 GEN1 = "smogtours-gen1ou-733374.json"
@@ -101,7 +101,7 @@ def test_hub_download_resolves_and_pins_the_revision(monkeypatch, tmp_path):
     the asked formats at that commit."""
     import huggingface_hub
 
-    from pipelines.sources import replays
+    from pipelines.pokemon import replays
 
     class FakeApi:
         def dataset_info(self, repo, revision):
@@ -124,8 +124,8 @@ def test_hub_download_resolves_and_pins_the_revision(monkeypatch, tmp_path):
 @pytest.mark.parametrize("value", [None, "", 7])
 def test_null_log_is_an_invalid_record_not_a_cut_battle(source, field, value):
     from pipelines.errors import InvalidRecordError
+    from pipelines.pokemon import replays
     from pipelines.pokemon.dex import known_formats, load_dex
-    from pipelines.sources import replays
 
     record = _replays()[GEN1]
     if source == "pokechamp":
@@ -147,8 +147,8 @@ def test_missing_formatid_comes_from_the_display_name(display, want):
 
 
 def test_replay_without_formatid_parses_like_with_it():
+    from pipelines.pokemon import replays
     from pipelines.pokemon.dex import known_formats, load_dex
-    from pipelines.sources import replays
 
     record = _replays()[GEN1]
     assert record["formatid"] == "gen1ou"

@@ -9,9 +9,10 @@ import pyarrow as pa
 import pytest
 
 from shards_schema.manifest import Manifest, major
+from shards_schema.pokemon import CODE_VERSIONS as POKEMON_TURNS
 from shards_schema.pokemon import INDEX_SCHEMA, NUM_ACTIONS, TURNS_SCHEMA
 from shards_schema.reader import ShardIntegrityError, open_version
-from shards_schema.versions import POKEMON_TURNS, VersionMismatchError
+from shards_schema.versions import VersionMismatchError
 
 
 def test_turns_schema_declares_the_contract():
@@ -304,7 +305,7 @@ def _bump(version: str, major: int, minor: int = 0) -> str:
 def test_melee_version_gating_both_ways(melee_version, tmp_path, field, major, minor, expect):
     import shutil
 
-    from shards_schema.versions import MELEE_FRAMES
+    from shards_schema.melee import CODE_VERSIONS as MELEE_FRAMES
 
     copy = tmp_path / melee_version.name
     shutil.copytree(melee_version, copy)

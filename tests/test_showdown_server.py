@@ -81,10 +81,11 @@ def test_policy_plays_ou_battles_without_fallbacks(tmp_path):
 
     from models.pokemon_policy import PokemonPolicy, PolicyConfig
     from pipelines.pokemon.observation import vocabulary
-    from training.checkpoints import POKEMON_OBSERVATION, live_identity, payload
+    from training.checkpoints import live_identity, payload
     from training.evaluate import EvalConfig
     from training.evaluate import run as evaluate
     from training.offline_rl import TrainConfig
+    from training.registry import POKEMON_OBSERVATION
     from training.showdown_server import free_port
 
     torch.manual_seed(0)

@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import shared_data
 
+from pipelines.inputs import HubUri, parse_hub_uri, pin_hub_input
 from pipelines.parse_replays import ParseConfig, run
-from pipelines.sources import HubUri, parse_hub_uri, pin_hub_input
 from shards_schema import storage
 from tools.fault_proxy import FaultProxy, Faults
 

@@ -109,7 +109,7 @@ def test_matches_metamon_decisions_on_shared_samples():
     (move, switch, tera move, not visible) at each. Its slot orders differ (its team inference), so kinds."""
     import lz4.frame
 
-    from pipelines.sources import metamon
+    from pipelines.pokemon import metamon
 
     def kind(action):
         return "none" if action < 0 else "switch" if 4 <= action <= 8 else "tera" if action >= 9 else "move"
@@ -250,7 +250,7 @@ def gen2_battles():
     reconstructed rows, spectator log) per battle."""
     if reason := simulator_missing():
         pytest.skip(reason)
-    from pipelines.sources import generated
+    from pipelines.pokemon import generated
 
     out = []
     for battle_id, payload in generated.generate(generated.chunks(["gen2randombattle"], 20, 7, "heuristic",
@@ -339,9 +339,9 @@ def test_moves_an_ability_or_a_stealing_move_uses_are_not_own_moves(source):
 def _shown_choices_recorded(fmt: str, index: int) -> list[tuple]:
     """Simulator battle ``index`` of seed 31: asserts every choice its spectator log shows is reconstructed equal
     to the player's own; returns (truth row, choice) of those."""
+    from pipelines.pokemon import generated
     from pipelines.pokemon.agreement import visible_choices
     from pipelines.pokemon.dex import gen_of_format
-    from pipelines.sources import generated
 
     chunk = generated.Chunk(format=fmt, first_index=index, num_battles=1, seed=31, p1="heuristic", p2="random")
     (battle_id, payload), = generated.generate(chunk.__dict__)

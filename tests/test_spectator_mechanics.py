@@ -15,9 +15,9 @@ from conftest import needs_simulator
 from pipelines.errors import UnknownFormatError
 from pipelines.pokemon.agreement import action_meaning
 from pipelines.pokemon.dex import SIGNATURE_Z_MOVES, Z_MOVE_TYPES, known_formats, load_dex, node_env, showdown_dir
+from pipelines.pokemon.replays import ReplayFilters, canonical_format, normalize, parse, plan_row_groups, read_row_group
 from pipelines.pokemon.spectator import respaced, spectator_trajectories
 from pipelines.pokemon.tracker import BattleTracker
-from pipelines.sources.replays import ReplayFilters, canonical_format, normalize, parse, plan_row_groups, read_row_group
 
 DEXES = {g: load_dex(g) for g in range(1, 10)}
 
@@ -439,7 +439,7 @@ def test_no_simulator_battle_of_gens_5_to_8_is_quarantined(fmt):
     """The project's generator (no Ray): every battle parses from both players' streams and from its spectator
     log, with the same decision points and the same Z-move and Max move flags. OU teams are random-battle sets the
     format's validator accepts (gen 8 OU bans Dynamax)."""
-    from pipelines.sources import generated
+    from pipelines.pokemon import generated
 
     count = powers = 0
     for battle_id, payload in generated.generate(generated.chunks([fmt], 12, 5, "heuristic", "random", 12)[0]):

@@ -3,15 +3,17 @@ their flags."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import stages
+from pipelines import registry, stages
 from pipelines.cli import nest, parse_config, parser_for
 from pipelines.parse_replays import ParseConfig
+from pipelines.pokemon.generated import GeneratedConfig
 from pipelines.stages import InputRecord, ParsedBatch
 from pipelines.writer import ShardWriter, VersionSpec
 from shards_schema.versions import CodeVersions
@@ -77,21 +79,23 @@ def test_the_writer_takes_typed_batches(tmp_path):
     assert pq.read_schema(published.path / m.files[0].path).metadata[b"replayforge.schema"] == b"toy"
 
 
-def test_every_source_is_registered_with_a_registered_parser():
-    names = stages.source_names()
+def test_every_source_is_registered_with_its_parser_and_options():
+    names = registry.source_names()
     assert names == ["generated", "hf-raw", "metamon", "pokechamp", "showdown-json", "slp"]
     for name in names:
-        source = stages.source_class(name)
+        source = registry.source_class(name)
         assert source.name == name
-        parser = stages.parser_class(source.parser)
-        assert parser.schema_name() in ("pokemon_turns", "melee_frames")
+        assert issubclass(source.parser, stages.Parser)
+        assert source.parser.schema_name() in ("pokemon_turns", "melee_frames")
+        assert dataclasses.is_dataclass(source.options_class)
     with pytest.raises(ValueError, match="--source must be one of"):
-        stages.source_class("nope")
+        registry.source_class("nope")
 
 
 def test_a_name_is_registered_once():
     class Other(stages.Source):
-        parser = "metamon"
+        name = "metamon"
+        parser = registry.source_class("metamon").parser
 
         def plan(self):
             raise NotImplementedError
@@ -99,9 +103,9 @@ def test_a_name_is_registered_once():
         def read(self, item):
             raise NotImplementedError
 
-    stages.source_names()
     with pytest.raises(ValueError, match="source 'metamon' is registered twice"):
-        stages.register_source("metamon")(Other)
+        registry.register_source(Other)
+    assert registry.register_source(registry.source_class("metamon")) is registry.source_class("metamon")
 
 
 FLAGS = ["--allow-cpu", "--battles-per-chunk", "--cpus-per-actor", "--dataset", "--date-from", "--date-to",
@@ -120,9 +124,17 @@ def test_flags_stay_as_they_were_and_fill_the_sections(tmp_path, capsys):
     assert helps["min_frames"] == "minimum unique frames of a game."
     cfg = parse_config(ParseConfig, ["--source", "slp", "--out", str(tmp_path), "--min-frames", "5", "--allow-cpu",
                                      "--seed", "3"])
-    assert (cfg.slp.min_frames, cfg.slp.allow_cpu, cfg.generated.seed, cfg.slp.hub_repo) == (
+    assert (cfg.options.min_frames, cfg.options.allow_cpu, cfg.options.seed, cfg.options.hub_repo) == (
         5, True, 3, "erickfm/melee-ranked-replays")
-    assert ParseConfig.tiny(source="slp", min_frames=7).slp.min_frames == 7
+    assert ParseConfig.tiny(source="slp", min_frames=7).options.min_frames == 7
+    assert ParseConfig.tiny(source="slp").options.num_battles == 6  # the options' own tiny()
+    assert parse_config(ParseConfig, ["--source", "generated", "--out", "o", "--seed", "4"]).options.seed == 4
+    with pytest.raises(SystemExit) as err:  # a flag of another source's options says whose it is
+        parse_config(ParseConfig, ["--source", "generated", "--out", "o", "--min-frames", "5"])
+    assert err.value.code == 2 and "--min-frames is an option of --source slp, not generated" in \
+        capsys.readouterr().err
+    with pytest.raises(ValueError, match="takes SlpConfig options"):
+        ParseConfig(source="slp", out="o", options=GeneratedConfig())
     with pytest.raises(SystemExit) as err:  # a section's own check is a usage error with its reason
         parse_config(ParseConfig, ["--source", "hf-raw", "--input", "x", "--out", "o", "--date-from", "2024-1-1"])
     assert err.value.code == 2 and "dates are YYYY-MM-DD" in capsys.readouterr().err

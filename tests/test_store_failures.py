@@ -15,13 +15,13 @@ from conftest import shared_data
 
 from pipelines import parse_replays, stages
 from pipelines.parse_replays import ParseConfig, read_item, run, store_failure, version_spec
-from pipelines.sources.metamon import MetamonSource
+from pipelines.pokemon.metamon import MetamonSource
 from pipelines.writer import GroupResult, LostInputsError, VersionPublisher, VersionSpec
 from shards_schema import storage
 from shards_schema.manifest import MANIFEST_NAME
+from shards_schema.pokemon import CODE_VERSIONS as POKEMON_TURNS
 from shards_schema.pokemon import INDEX_SCHEMA, TURNS_SCHEMA
 from shards_schema.reader import open_version
-from shards_schema.versions import POKEMON_TURNS
 
 NO_WAIT = storage.RetryPolicy(attempts=3, base_s=0.0, cap_s=0.0)
 
@@ -29,10 +29,10 @@ NO_WAIT = storage.RetryPolicy(attempts=3, base_s=0.0, cap_s=0.0)
 class Flaky(stages.Source):
     """A source whose store fails ``failures`` times, then delivers one input."""
 
-    name, parser, shard_bytes_per_input_byte = "flaky", "metamon", 1.0
+    name, parser, shard_bytes_per_input_byte = "flaky", MetamonSource.parser, 1.0
 
     def __init__(self, failures: int):
-        super().__init__(cfg=None)
+        super().__init__(stages.SourceInputs())
         self.failures, self.calls = failures, 0
 
     def plan(self):
@@ -94,7 +94,7 @@ def test_a_stream_cut_by_the_store_is_not_a_damaged_archive(tmp_path, monkeypatc
     archive = tmp_path / "gen1ou.tar.gz"
     archive.write_bytes(data)
     item = {"id": "gen1ou.tar.gz", "uri": str(archive), "root": str(tmp_path)}
-    source = MetamonSource(ParseConfig(source="metamon", input=str(tmp_path), out=str(tmp_path / "out")))
+    source = ParseConfig(source="metamon", input=str(tmp_path), out=str(tmp_path / "out")).make_source()
     monkeypatch.setattr(storage, "open_stream", lambda uri, **_: storage._Guarded(CutStream(data, 2000), uri))
     with pytest.raises(storage.StorageError, match="read .*gen1ou.tar.gz failed: OSError: AWS Error"):
         source.read(item)

@@ -13,7 +13,7 @@ from conftest import shared_data
 from pipelines.errors import NoActivePokemonError
 from pipelines.parse_replays import ParseConfig, run
 from pipelines.pokemon.dex import known_formats, load_dex
-from pipelines.sources.replays import ReplayFilters, parse
+from pipelines.pokemon.replays import ReplayFilters, parse
 from shards_schema.reader import open_version
 
 _LEADS = "|switch|p1a: Great Tusk|Great Tusk|100/100\n|switch|p2a: Darkrai|Darkrai|100/100"

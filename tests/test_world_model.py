@@ -21,14 +21,14 @@ from training.world_model_losses import split_window
 @pytest.fixture(scope="module")
 def shared_frames(ray_local, tmp_path_factory):
     """A melee_frames shard version of the shared real replays (all of them: no length or CPU filter)."""
+    from pipelines.melee.source import SlpConfig
     from pipelines.parse_replays import ParseConfig
     from pipelines.parse_replays import run as parse
-    from pipelines.sources.slp import SlpConfig
 
     root = shared_data("melee", "slp")
     out = tmp_path_factory.mktemp("melee")
     return parse(ParseConfig(source="slp", input=str(root), out=str(out),
-                             slp=SlpConfig(min_frames=0, allow_cpu=True))).path
+                             options=SlpConfig(min_frames=0, allow_cpu=True))).path
 
 
 def test_features_follow_the_shards(shared_frames):

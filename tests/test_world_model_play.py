@@ -63,21 +63,22 @@ def frames_version(tmp_path_factory):
     """A melee_frames version of two shared replays made by the parse job's own stages (its parse actor class and
     its ShardWriter), called in process without Ray Data: the job on Ray took 28 s for these two replays on the
     shared 2-core machine, this takes about 1 s."""
+    from pipelines.melee.slp import FRAME_PARQUET_OPTIONS
+    from pipelines.melee.source import SlpConfig
     from pipelines.parse_replays import ParseConfig, ParseInputs
-    from pipelines.sources.slp import SlpConfig
     from pipelines.stages import read_row
-    from pipelines.writer import FRAME_PARQUET_OPTIONS, ShardWriter, VersionSpec
+    from pipelines.writer import ShardWriter, VersionSpec
+    from shards_schema.melee import CODE_VERSIONS as MELEE_FRAMES
     from shards_schema.melee import FRAMES_SCHEMA, GAMES_SCHEMA
     from shards_schema.reader import open_version
-    from shards_schema.versions import MELEE_FRAMES
 
     root = shared_data("melee", "slp")
     paths = [root / name for name in GAMES]
     if not all(p.exists() for p in paths):
         pytest.skip(f"{GAMES} are not all in {root}")
     batch = pa.Table.from_pylist([read_row(game, p.read_bytes()) for game, p in zip(GAMES, paths, strict=True)])
-    cfg = ParseConfig(source="slp", out="unused", slp=SlpConfig(min_frames=0, allow_cpu=True))
-    results = ParseInputs(cfg).parse_batch(batch)
+    cfg = ParseConfig(source="slp", out="unused", options=SlpConfig(min_frames=0, allow_cpu=True))
+    results = ParseInputs(cfg.make_source()).parse_batch(batch)
     assert [r.status for r in results.records] == ["written"] * len(GAMES)
     spec = VersionSpec(out_root=str(tmp_path_factory.mktemp("frames")), dataset="melee_frames", code=MELEE_FRAMES,
                        source="slp", source_revision=None, config={"test": "play"}, planned_inputs=",".join(GAMES))

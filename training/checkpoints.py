@@ -4,7 +4,7 @@ data it was trained on.
 A checkpoint is one ``state.pt`` of tensors and plain values (read with ``torch.load(weights_only=True)``)::
 
     format         CHECKPOINT_FORMAT
-    kind           which model family: a key of MODEL_KINDS ("pokemon_policy", "world_model")
+    kind           which model family: a key of ``training.registry.MODEL_KINDS`` ("pokemon_policy", "world_model")
     model_config   the model's config dataclass as a dict: the model is rebuilt from it alone
     train_config   the trainer's resolved config as a dict
     step           optimizer steps taken
@@ -23,18 +23,24 @@ Loading rebuilds the model from ``kind`` and ``model_config``; evaluation, play,
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
 import pickle
+import random
 import typing
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import torch
+
+from pipelines.writer import git_commit
+from shards_schema import storage
+from shards_schema.manifest import major
+from training import registry
+from training.loop import latest_checkpoint
+
 CHECKPOINT_FORMAT = 2
 """1: the trainers' first checkpoints (no kind, no data identity; the policy's architecture was not stored)."""
-
-POKEMON_OBSERVATION = "pokemon_observation"
-MELEE_FEATURES = "melee_features"
 
 
 class UnsafeCheckpointError(ValueError):
@@ -51,14 +57,14 @@ class DataIdentity:
     """What a model was trained on, or what it is about to be fed.
 
     Attributes:
-        dataset: the shard dataset (``pokemon_turns``, ``melee_frames``); ``live`` for observations made by this code
-            during play (no shards).
+        dataset: the shard dataset's schema name; ``live`` for observations made by this code during play (no
+            shards).
         version: the shard version name (empty for live data).
         schema_version: the shards' row schema version (empty for live data).
         parser_version: the parser version that wrote the shards (empty for live data).
-        features: the spec the model reads: ``pokemon_observation`` (the word/number observation stored in the
-            shards) or ``melee_features`` (derived from stored frames by ``pipelines/melee/features.py``).
-        features_version: that spec's version (the shards' observation version; the code's MELEE_FEATURES).
+        features: the feature spec the model reads (a ``training.registry.FEATURES`` name).
+        features_version: that spec's version (stored features: the shards' observation version; derived ones:
+            the code's).
         vocabulary_sha256: sha256 of the observation vocabulary file the token ids index (empty without one).
     """
 
@@ -71,63 +77,48 @@ class DataIdentity:
     vocabulary_sha256: str = ""
 
 
-def vocabulary_sha256(observation_version: str) -> str:
-    """The sha256 of the committed vocabulary of a Pokémon observation version (token ids are its line numbers)."""
-    from pipelines.pokemon.observation import VOCAB_DIR
-
-    path = VOCAB_DIR / f"obs-{observation_version}.txt"
-    if not path.exists():
-        raise CheckpointError(f"no vocabulary for observation version {observation_version} ({path}): this code "
-                              "cannot read that observation; upgrade replayforge (`git pull && make setup`)")
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _vocabulary(spec: registry.FeatureSpec, version: str) -> str:
+    try:
+        return spec.vocabulary_sha256(version)
+    except LookupError as err:
+        raise CheckpointError(str(err)) from None
 
 
 def shard_identity(version) -> DataIdentity:
     """The identity of a shard version (a ``ShardVersion``) as a model trained on it reads it."""
-    from shards_schema.versions import MELEE_FEATURES as MELEE_FEATURES_VERSION
-
     m = version.manifest
-    if m.schema_name == "pokemon_turns":
-        features, features_version = POKEMON_OBSERVATION, m.observation_version
-        vocab = vocabulary_sha256(m.observation_version)
-    elif m.schema_name == "melee_frames":
-        features, features_version, vocab = MELEE_FEATURES, MELEE_FEATURES_VERSION, ""
-    else:
-        raise CheckpointError(f"{m.dataset}/{m.version}: no model reads schema {m.schema_name!r}")
+    try:
+        spec = registry.features_of_dataset(m.schema_name)
+    except LookupError as err:
+        raise CheckpointError(f"{m.dataset}/{m.version}: {err}") from None
+    features_version = spec.version_of(m)
     return DataIdentity(dataset=m.dataset, version=m.version, schema_version=m.schema_version,
-                        parser_version=m.parser_version, features=features, features_version=features_version,
-                        vocabulary_sha256=vocab)
+                        parser_version=m.parser_version, features=spec.name, features_version=features_version,
+                        vocabulary_sha256=_vocabulary(spec, features_version))
 
 
 def live_identity(features: str) -> DataIdentity:
-    """What this code feeds a model outside the shards: Pokémon observations made during battles
-    (``pipelines/pokemon/observation.py``), Melee features of frames (``pipelines/melee/features.py``)."""
-    from shards_schema.versions import MELEE_FEATURES as MELEE_FEATURES_VERSION
-    from shards_schema.versions import POKEMON_TURNS
-
-    if features == POKEMON_OBSERVATION:
-        return DataIdentity(dataset="live", version="", schema_version="", parser_version="", features=features,
-                            features_version=POKEMON_TURNS.observation,
-                            vocabulary_sha256=vocabulary_sha256(POKEMON_TURNS.observation))
-    if features == MELEE_FEATURES:
-        return DataIdentity(dataset="live", version="", schema_version="", parser_version="", features=features,
-                            features_version=MELEE_FEATURES_VERSION)
-    raise CheckpointError(f"unknown feature spec {features!r}")
+    """What this code feeds a model outside the shards: features made during play by this checkout (a
+    ``training.registry.FEATURES`` name)."""
+    try:
+        spec = registry.features(features)
+    except LookupError as err:
+        raise CheckpointError(str(err)) from None
+    return DataIdentity(dataset="live", version="", schema_version="", parser_version="", features=spec.name,
+                        features_version=spec.version, vocabulary_sha256=_vocabulary(spec, spec.version))
 
 
 def check_features(trained: DataIdentity, given: DataIdentity, *, what: str) -> None:
     """Refuse to feed a model data of another spec than it was trained on: another feature spec, another major
     version of it, or another vocabulary. ``what`` names the checkpoint in the message."""
-    from shards_schema.manifest import major
-
     source = f"{given.dataset}/{given.version}" if given.version else "this code"
     if trained.features != given.features:
         raise CheckpointError(f"{what} reads {trained.features}, but {source} gives {given.features}: "
                               "use a checkpoint trained on this kind of data")
     if major(trained.features_version) != major(given.features_version):
-        fix = ("re-derive the observations with `python pipelines/refeaturize.py` or train on shards of version "
-               f"{given.features_version}" if trained.features == POKEMON_OBSERVATION
-               else "train a model with this code (the feature layout changed)")
+        refresh = registry.FEATURES.get(trained.features)
+        fix = (refresh.refresh.format(version=given.features_version) if refresh
+               else "train a model with this code")
         raise CheckpointError(f"{what} was trained on {trained.features} {trained.features_version}, but {source} "
                               f"gives {given.features} {given.features_version}: {fix}")
     if trained.vocabulary_sha256 and given.vocabulary_sha256 and \
@@ -136,35 +127,6 @@ def check_features(trained: DataIdentity, given: DataIdentity, *, what: str) -> 
                               f"{trained.vocabulary_sha256[:12]}…, {source} uses {given.vocabulary_sha256[:12]}… "
                               f"under the same version {given.features_version}: the vocabulary file changed in "
                               "place; restore it or bump the observation version and re-featurize")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelKind:
-    """A model family a checkpoint can hold: where its config dataclass and module live."""
-
-    config: str
-    module: str
-    features: str
-
-    def classes(self):
-        import importlib
-
-        config_module, _, config_name = self.config.rpartition(".")
-        model_module, _, model_name = self.module.rpartition(".")
-        return (getattr(importlib.import_module(config_module), config_name),
-                getattr(importlib.import_module(model_module), model_name))
-
-
-MODEL_KINDS = {
-    "pokemon_policy": ModelKind(config="models.pokemon_policy.PolicyConfig",
-                                module="models.pokemon_policy.PokemonPolicy", features=POKEMON_OBSERVATION),
-    "world_model": ModelKind(config="models.world_model.WorldModelConfig", module="models.world_model.WorldModel",
-                             features=MELEE_FEATURES),
-    "melee_selfplay": ModelKind(config="models.ppo_policy.RecurrentPolicyConfig",
-                                module="models.ppo_policy.RecurrentPolicy", features=MELEE_FEATURES),
-    "pokemon_selfplay": ModelKind(config="models.ppo_policy.RecurrentPolicyConfig",
-                                  module="models.ppo_policy.RecurrentPolicy", features=POKEMON_OBSERVATION),
-}
 
 
 def config_from_dict(cls, values: dict):
@@ -205,13 +167,13 @@ class Checkpoint:
     def build_model(self, **overrides):
         """The model rebuilt from ``model_config`` (``overrides`` replace runtime fields, e.g. ``use_fused``), with
         the checkpoint's weights, in eval mode."""
-        config_cls, model_cls = MODEL_KINDS[self.kind].classes()
+        _, model_cls = registry.model_kind(self.kind).classes()
         model = model_cls(self.build_config(**overrides))
         model.load_state_dict(self.model)
         return model.eval()
 
     def build_config(self, **overrides):
-        config_cls, _ = MODEL_KINDS[self.kind].classes()
+        config_cls, _ = registry.model_kind(self.kind).classes()
         return dataclasses.replace(config_from_dict(config_cls, self.model_config), **overrides)
 
     def check_features(self, given: DataIdentity) -> None:
@@ -221,11 +183,8 @@ class Checkpoint:
 def payload(*, kind: str, model_config, train_config, step: int, data: DataIdentity, model, optimizer,
             extra: dict | None = None) -> dict:
     """A checkpoint's contents but the RNG states (``report_checkpoint`` gathers them from every worker);
-    ``extra``: what else a trainer resumes from (tensors and plain values: PPO's league)."""
-    if kind not in MODEL_KINDS:
-        raise ValueError(f"unknown model kind {kind!r}; known: {sorted(MODEL_KINDS)}")
-    from pipelines.writer import git_commit
-
+    ``extra``: what else a trainer resumes from (tensors and plain values: PPO's league). ``kind`` is a registered
+    family: the driver resolved it before training started (``training.registry.model_kind``)."""
     return {"format": CHECKPOINT_FORMAT, "kind": kind, "model_config": dataclasses.asdict(model_config),
             "train_config": dataclasses.asdict(train_config), "step": int(step), "data": dataclasses.asdict(data),
             "model": getattr(model, "module", model).state_dict(),
@@ -236,9 +195,6 @@ def payload(*, kind: str, model_config, train_config, step: int, data: DataIdent
 def state_file(uri: str | Path) -> str:
     """A checkpoint folder or its ``state.pt`` → the ``state.pt`` (a local path or a URI). A run folder (a trainer's
     ``--out``) stands for its newest checkpoint (``training/loop.latest_checkpoint``)."""
-    from shards_schema import storage
-    from training.loop import latest_checkpoint
-
     uri = str(uri)
     if uri.endswith(".pt"):
         return uri
@@ -253,10 +209,6 @@ def load_state(path, device="cpu") -> dict:
     only. A pickle may name any callable for the reader to call (``__reduce__``), so a checkpoint handed to
     ``evaluate.py`` or ``--resume`` could otherwise run code; checkpoints here hold nothing else (configs as
     ``dataclasses.asdict``, RNG states from ``rng_state``)."""
-    import torch
-
-    from shards_schema import storage
-
     try:  # through storage: a checkpoint on S3 is read by whichever node resumes
         return torch.load(io.BytesIO(storage.read_bytes(str(path))), map_location=device, weights_only=True)
     except pickle.UnpicklingError as err:
@@ -269,8 +221,9 @@ def load_state(path, device="cpu") -> dict:
             f"code from the file ({reason}). Load only checkpoints written by replayforge's trainers.") from err
 
 
-def from_state(state: dict, where: str) -> Checkpoint:
-    """A ``Checkpoint`` from a loaded ``state.pt``; older formats are refused with what to do."""
+def from_state(state: dict, where: str, kind: str | None = None) -> Checkpoint:
+    """A ``Checkpoint`` from a loaded ``state.pt``; older formats are refused with what to do. ``kind``: the model
+    family the caller expects (another is refused); None: any family registered in ``training.registry``."""
     if state.get("format") != CHECKPOINT_FORMAT:
         found = state.get("format", 1)
         if isinstance(found, int) and found > CHECKPOINT_FORMAT:
@@ -279,8 +232,11 @@ def from_state(state: dict, where: str) -> Checkpoint:
             fix = ("it does not record its architecture or the data it was trained on; train it again with this "
                    "code (training/offline_rl.py or training/world_model.py)")
         raise CheckpointError(f"{where} has checkpoint format {found}, this code reads {CHECKPOINT_FORMAT}: {fix}")
-    if state["kind"] not in MODEL_KINDS:
-        raise CheckpointError(f"{where} holds a {state['kind']!r} model; this code knows {sorted(MODEL_KINDS)}")
+    if kind is not None and state["kind"] != kind:
+        raise CheckpointError(f"{where} holds a {state['kind']} model, not a {kind}")
+    if kind is None and state["kind"] not in registry.MODEL_KINDS:
+        raise CheckpointError(f"{where} holds a {state['kind']!r} model; this code knows "
+                              f"{sorted(registry.MODEL_KINDS)}")
     return Checkpoint(kind=state["kind"], model_config=state["model_config"], train_config=state["train_config"],
                       step=int(state["step"]), data=DataIdentity(**state["data"]), model=state["model"],
                       optimizer=state.get("optimizer"), rng=state.get("rng") or [], code=state.get("code", ""),
@@ -290,31 +246,18 @@ def from_state(state: dict, where: str) -> Checkpoint:
 def read_checkpoint(uri: str | Path, device="cpu", *, kind: str | None = None) -> Checkpoint:
     """The checkpoint in a folder or ``state.pt`` (a local path or a URI); ``kind`` refuses another model family."""
     path = state_file(uri)
-    ckpt = from_state(load_state(path, device), path)
-    if kind is not None and ckpt.kind != kind:
-        raise CheckpointError(f"{path} holds a {ckpt.kind} model, not a {kind}")
-    return ckpt
+    return from_state(load_state(path, device), path, kind)
 
 
 # ---------------------------------------------------------------------------- RNG states
 def rng_state() -> dict:
     """This process's Python, NumPy and torch RNG states as tensors and plain values (what ``load_state`` reads)."""
-    import random
-
-    import numpy as np
-    import torch
-
     numpy_state = np.random.get_state(legacy=False)  # {'bit_generator', 'state': {'key': uint32[624], 'pos'}, ...}
     numpy_state["state"] = {"key": numpy_state["state"]["key"].tolist(), "pos": int(numpy_state["state"]["pos"])}
     return {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
 
 
 def set_rng_state(state: dict) -> None:
-    import random
-
-    import numpy as np
-    import torch
-
     random.setstate(state["python"])
     numpy_state = dict(state["numpy"])
     numpy_state["state"] = {"key": np.asarray(numpy_state["state"]["key"], dtype=np.uint32),

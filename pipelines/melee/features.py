@@ -11,8 +11,8 @@ owner; position and velocity) and the projectile count. Controllers: 12 buttons 
 Continuous values are stored scaled (value / scale); categorical values as ``id + 1`` with class 0 = null (a field
 the replay's version does not record, never a target); ids beyond a field's table clamp to its last class.
 Version-absent fields are masked (``*_valid``), never read as zero. Features are derived from stored frames when
-training reads them, so shards never need re-parsing when the spec changes: bump ``shards_schema.versions.
-MELEE_FEATURES`` (checkpoints record it; play and fine-tuning refuse another major). Nana (Ice Climbers' follower)
+training reads them, so shards never need re-parsing when the spec changes: bump ``FEATURES_VERSION``
+(checkpoints record it; play and fine-tuning refuse another major). Nana (Ice Climbers' follower)
 and a projectile's spawn id are not carried.
 
 The layout needs numpy only (the model imports it on machines without Arrow); ``featurize`` and ``unfeaturize``
@@ -25,12 +25,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from shards_schema.versions import MELEE_FEATURES as FEATURES_VERSION
-
 if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["FEATURES_VERSION", "featurize", "unfeaturize"]
+
+FEATURES_VERSION = "1.0.0"
+"""Version of this feature spec (the field layout, ``featurize`` and ``unfeaturize``). Features are derived from
+stored frames when training reads them, so shards do not carry it; checkpoints do, and play, evaluation and
+fine-tuning refuse a checkpoint whose major differs from this code's. Bump the major when a field's position, scale
+or class count changes."""
 
 PLAYERS = ("p0", "p1")
 PROJECTILE_SLOTS = 4

@@ -165,9 +165,9 @@ def add_generated_battles(agreement: Agreement, format_id: str, num_battles: int
     its reconstruction from the spectator log to ``agreement``."""
     import json
 
+    from pipelines.pokemon import generated
     from pipelines.pokemon.dex import gen_of_format, load_dex
     from pipelines.pokemon.spectator import spectator_trajectories
-    from pipelines.sources import generated
 
     dexes = {g: load_dex(g) for g in range(1, 10)}
     chunk = generated.chunks([format_id], num_battles, seed, "heuristic", "random", num_battles)[0]

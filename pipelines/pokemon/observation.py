@@ -44,8 +44,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.pokemon.tracker import DYNAMAX_TURNS
+from shards_schema.pokemon import CODE_VERSIONS as POKEMON_TURNS
 from shards_schema.pokemon import NUM_MOVES, NUM_SWITCHES, OBS_NUMERIC, OBS_WORDS
-from shards_schema.versions import POKEMON_TURNS
 
 OBSERVATION_VERSION = POKEMON_TURNS.observation
 VOCAB_DIR = Path(__file__).resolve().parent / "vocab"

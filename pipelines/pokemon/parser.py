@@ -4,25 +4,31 @@ each generation, the formats of the pinned simulator, the observation vocabulary
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from pipelines.pokemon.dex import known_formats, load_dex
+from pipelines.pokemon.observation import vocabulary
 from pipelines.pokemon.trajectory import turns_table
 from pipelines.stages import Parser
-from shards_schema.pokemon import INDEX_SCHEMA, TURNS_SCHEMA
-from shards_schema.versions import POKEMON_TURNS
+from shards_schema.manifest import Counts
+from shards_schema.pokemon import CODE_VERSIONS, INDEX_SCHEMA, TURNS_SCHEMA
+
+INDEX_META = ("battle_id", "format", "player_side", "result", "rating")
+"""Row fields every trajectory's index row repeats (constant within a trajectory)."""
 
 
 class PokemonParser(Parser):
     schema = TURNS_SCHEMA
     index_schema = INDEX_SCHEMA
-    versions = POKEMON_TURNS
+    versions = CODE_VERSIONS
+    next_steps = (
+        ("look at it", "REPLAYFORGE_VERSION={uri} make notebook"),
+        ("train a policy", "{python} training/offline_rl.py --shards {uri} --out runs/bc --preset tiny --steps 200"),
+        ("battle it", "{python} training/evaluate.py --checkpoint runs/bc --battles 20 --port 8123"),
+    )
 
-    def __init__(self, cfg, source: str):
-        from pipelines.pokemon.dex import known_formats, load_dex
-        from pipelines.pokemon.observation import vocabulary
-
-        super().__init__(cfg, source)
-        formats = cfg.effective_formats
-        self.formats = frozenset(formats) if formats else None
+    def __init__(self, *, options, formats: tuple[str, ...], source: str):
+        super().__init__(options=options, formats=formats, source=source)
         self.known_formats = known_formats()
         self.dexes = {g: load_dex(g) for g in range(1, 10)}
         vocabulary()
@@ -30,3 +36,27 @@ class PokemonParser(Parser):
     def table(self, rows: list[dict]) -> pa.Table:
         """The rows' fields, and their observation columns derived from their states for the whole batch."""
         return turns_table(rows)
+
+    @staticmethod
+    def index_rows(rows: pa.Table) -> list[dict]:
+        """One index row per trajectory of an input's rows (a trajectory's rows are contiguous)."""
+        ids = rows.column("trajectory_id").to_pylist()
+        meta = {k: rows.column(k).to_pylist() for k in INDEX_META}
+        out, start = [], 0
+        while start < len(ids):
+            end = start
+            while end < len(ids) and ids[end] == ids[start]:
+                end += 1
+            out.append({"trajectory_id": ids[start], **{k: v[start] for k, v in meta.items()}, "row_start": start,
+                        "num_rows": end - start})
+            start = end
+        return out
+
+    @staticmethod
+    def unknown_words(rows: pa.Table) -> int:
+        return pc.sum(rows.column("obs_unknown_words")).as_py() or 0
+
+    @classmethod
+    def describe(cls, counts: Counts) -> str:
+        return (f"{counts.trajectories} trajectories, {counts.rows} rows, {counts.unknown_words} unknown observation "
+                "words,")

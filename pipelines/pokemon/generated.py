@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pipelines.errors import InvalidJsonError, InvalidRecordError, SimulatorError
-from pipelines.pokemon.dex import REPO_ROOT, SHOWDOWN_VERSION, Dex, node_env, showdown_dir
+from pipelines.pokemon.dex import REPO_ROOT, SHOWDOWN_VERSION, Dex, gen_of_format, node_env, showdown_dir
 from pipelines.pokemon.parser import PokemonParser
 from pipelines.pokemon.pov import pov_trajectory
-from pipelines.stages import Parsed, Plan, Source, read_row, register_parser, register_source, work_item
+from pipelines.stages import Parsed, Plan, Source, read_row, work_item
 
 GENERATOR = REPO_ROOT / "pipelines" / "showdown" / "generate_battles.js"
 POLICIES = ("random", "heuristic")
@@ -27,12 +27,11 @@ BATTLE_LOG_BYTES = 138_000
 
 @dataclass(frozen=True, kw_only=True)
 class GeneratedConfig:
-    """Inputs made by the job itself: simulator battles (``--source generated``), and the synthetic games of
-    ``--source slp`` without ``--input``.
+    """Battles the job plays itself on the simulator (``--source generated``).
 
     Attributes:
-        num_battles: battles per format, or synthetic games.
-        seed: seed of every battle or game.
+        num_battles: battles per format.
+        seed: seed of every battle.
         p1: policy of player 1 (random or heuristic).
         p2: policy of player 2 (random or heuristic).
         battles_per_chunk: battles per simulator process.
@@ -49,6 +48,10 @@ class GeneratedConfig:
             raise ValueError(f"--p1/--p2 must be one of {POLICIES}")
         if self.num_battles < 0 or self.battles_per_chunk < 1:
             raise ValueError("need --num-battles >= 0 and --battles-per-chunk >= 1")
+
+    @classmethod
+    def tiny(cls, **overrides) -> GeneratedConfig:
+        return cls(**{"num_battles": 6, "battles_per_chunk": 3, **overrides})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,41 +120,10 @@ def parse(input_id: str, payload: bytes, dexes: dict[int, Dex], formats: frozens
         raise SimulatorError(f"simulator: {record['error']}")
     if formats is not None and record["format"] not in formats:
         return [], "format_not_requested"
-    from pipelines.pokemon.dex import gen_of_format
-
     dex = dexes[gen_of_format(record["format"])]
     return pov_trajectory(record, "p1", dex) + pov_trajectory(record, "p2", dex), None
 
 
-@register_source("generated")
-class GeneratedSource(Source):
-    """Battles the simulator plays for this job: no input, no download. Each read task runs one Node process for
-    a chunk of battles (at most ``--num-parse-actors`` at once)."""
-
-    parser = "generated"
-    shard_bytes_per_input_byte = 0.09  # 20 battle records, 2.76 MB → 0.25 MB of trajectories
-    bounded_reads = True
-    needs_input = False
-    default_formats = ("gen9randombattle", "gen1ou")
-    showdown: str | None = None
-
-    def plan(self) -> Plan:
-        g = self.cfg.generated
-        self.showdown = str(showdown_dir())  # found on the driver, handed to the read tasks with this source
-        items = [work_item(f"{c['format']}/{c['first_index']}+{c['num_battles']}", None,
-                           estimate_bytes=c["num_battles"] * BATTLE_LOG_BYTES, inputs=c["num_battles"], **c)
-                 for c in chunks(self.cfg.effective_formats, g.num_battles, g.seed, g.p1, g.p2, g.battles_per_chunk)]
-        return Plan(items, generator_revision())
-
-    def read(self, item: dict) -> list[dict]:
-        return [read_row(bid, line) for bid, line in generate(item, self.showdown)]
-
-    def output_config(self) -> dict:
-        g = self.cfg.generated
-        return {"num_battles": g.num_battles, "seed": g.seed, "p1": g.p1, "p2": g.p2}
-
-
-@register_parser("generated")
 class GeneratedParser(PokemonParser):
     """A generated battle's record → both players' trajectories. Battles are unique by construction."""
 
@@ -160,3 +132,32 @@ class GeneratedParser(PokemonParser):
 
     def dedupe_key(self, parsed: Parsed) -> str | None:
         return None
+
+
+class GeneratedSource(Source):
+    """Battles the simulator plays for this job: no input, no download. Each read task runs one Node process for
+    a chunk of battles (at most ``--num-parse-actors`` at once)."""
+
+    name = "generated"
+    parser = GeneratedParser
+    options_class = GeneratedConfig
+    shard_bytes_per_input_byte = 0.09  # 20 battle records, 2.76 MB → 0.25 MB of trajectories
+    bounded_reads = True
+    needs_input = False
+    default_formats = ("gen9randombattle", "gen1ou")
+    showdown: str | None = None
+
+    def plan(self) -> Plan:
+        g = self.options
+        self.showdown = str(showdown_dir())  # found on the driver, handed to the read tasks with this source
+        items = [work_item(f"{c['format']}/{c['first_index']}+{c['num_battles']}", None,
+                           estimate_bytes=c["num_battles"] * BATTLE_LOG_BYTES, inputs=c["num_battles"], **c)
+                 for c in chunks(list(self.formats), g.num_battles, g.seed, g.p1, g.p2, g.battles_per_chunk)]
+        return Plan(items, generator_revision())
+
+    def read(self, item: dict) -> list[dict]:
+        return [read_row(bid, line) for bid, line in generate(item, self.showdown)]
+
+    def output_config(self) -> dict:
+        g = self.options
+        return {"num_battles": g.num_battles, "seed": g.seed, "p1": g.p1, "p2": g.p2}

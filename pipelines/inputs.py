@@ -1,6 +1,6 @@
-"""Raw-input sources, one module each; a module registers its ``Source`` (and the ``Parser`` of its inputs) with
-``pipelines.stages``, which imports every module of this package. A source lists and reads raw items with
-stable ids; parsing is its parser's job.
+"""What every file source shares: listing inputs with stable ids, reading the hub in place at a pinned commit, and
+``--download``'s local mirror. A source (``pipelines/<game>/``) lists and reads raw items with these; parsing is
+its parser's job.
 
 Inputs are URIs (``shards_schema.storage``): a local path, ``s3://``, ``gs://``, or ``hf://datasets/...`` read
 straight from the hub. The driver lists them; read tasks, on any node, open them by URI. Input ids are the paths
@@ -9,9 +9,14 @@ relative to ``--input``, the same for a local folder and its copy in a bucket, s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import unquote
 
+from huggingface_hub import HfApi
+
+from pipelines.stages import SourceInputs, work_item
 from shards_schema import storage
 
 NOT_A_REPLAY = "not_a_replay"
@@ -49,8 +54,6 @@ def list_sized(root: str, suffixes: tuple[str, ...] | None) -> list[tuple[str, i
 def file_items(root: str, listed: list[tuple[str, int]], **fields) -> list[dict]:
     """One work item per listed file: its id is its path below ``--input`` (the same for a folder and its copy in a
     bucket), its bytes its listed size."""
-    from pipelines.stages import work_item
-
     return [work_item(input_id(uri, root), size, uri=uri, root=root, **fields) for uri, size in listed]
 
 
@@ -93,8 +96,6 @@ def pin_hub_input(uri: str, revision: str, default_revision: str) -> tuple[str, 
     URI, else ``revision`` (``--revision``), else ``default_revision``) resolved once, on the driver, so every read
     task reads the same files even if the branch moves during the job. Needs the hub (``HF_TOKEN`` for a gated
     or private dataset)."""
-    from huggingface_hub import HfApi
-
     hub = parse_hub_uri(uri)
     if hub.revision and revision and hub.revision != revision:
         raise ValueError(f"--input names revision {hub.revision!r} and --revision {revision!r}: give one")
@@ -112,3 +113,19 @@ def local_root(cfg_input: str, what: str) -> str:
         raise ValueError(f"{what}: --download mirrors the hub into a local folder, but --input is {cfg_input}; "
                          "read the hub in place with --input hf://datasets/<owner>/<name>@<revision> instead")
     return storage.local_path(cfg_input)
+
+
+def resolve_input(inputs: SourceInputs, source: str, default_revision: str,
+                  download: Callable[[Path, str | None], str] | None = None) -> tuple[str, str | None]:
+    """``(root, revision)`` of a file source's inputs: ``--input`` as given (no revision); an ``hf://datasets/...``
+    input pinned to a commit (``pin_hub_input``); with ``--download``, the local ``--input`` folder after
+    ``download(folder, --revision or None)`` mirrored the source's hub dataset into it and returned what it is
+    pinned to."""
+    if inputs.download:
+        if download is None:
+            raise ValueError(f"--source {source} has no hub dataset to --download; give --input")
+        root = local_root(inputs.input, f"--source {source}")
+        return root, download(Path(root), inputs.revision or None)
+    if is_hub(inputs.input):
+        return pin_hub_input(inputs.input, inputs.revision, default_revision)
+    return inputs.input, None

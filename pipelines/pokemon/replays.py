@@ -29,11 +29,11 @@ from pathlib import Path
 import pyarrow as pa
 
 from pipelines.errors import InvalidJsonError, InvalidRecordError, UnknownFormatError
+from pipelines.inputs import file_items, input_id, list_sized, resolve_input
 from pipelines.pokemon.dex import Dex, gen_of_format, to_id
 from pipelines.pokemon.parser import PokemonParser
 from pipelines.pokemon.spectator import spectator_trajectories
-from pipelines.sources import file_items, input_id, is_hub, list_sized, local_root, pin_hub_input
-from pipelines.stages import Parsed, Plan, Source, read_row, register_parser, register_source
+from pipelines.stages import Parsed, Plan, Source, read_row
 from shards_schema import storage
 
 HUB = {
@@ -284,24 +284,41 @@ def download(source: str, out_dir: Path, revision: str | None, formats: list[str
     return info.sha
 
 
+# ---------------------------------------------------------------------------- parser
+class ReplayParser(PokemonParser):
+    """A public replay (any of the three sources' records) → both players' trajectories; a battle is written
+    once (``battle_id``: the same battle may be in a JSON file and a table)."""
+
+    def __init__(self, *, options: ReplayFilterConfig, formats: tuple[str, ...], source: str):
+        super().__init__(options=options, formats=formats, source=source)
+        self.filters = ReplayFilters(formats=self.formats, min_rating=options.min_rating,
+                                     date_from=options.date_from or None, date_to=options.date_to or None)
+
+    def parse(self, input_id: str, payload: bytes, sha256: str, facts: dict) -> Parsed:
+        return parse(self.source, payload, self.dexes, self.filters, self.known_formats)
+
+    def dedupe_key(self, parsed: Parsed) -> str | None:
+        return parsed.rows[0]["battle_id"]
+
+
 # ---------------------------------------------------------------------------- sources
 class _ReplaySource(Source):
-    parser = "replays"
+    parser = ReplayParser
+    options_class = ReplayFilterConfig
     shard_bytes_per_input_byte = 1.2  # the 400 shared bench battles: 4.97 MB of replay JSON → 5.91 MB of turns
 
     def output_config(self) -> dict:
-        r = self.cfg.replays
+        r = self.options
         return {"min_rating": r.min_rating, "date_from": r.date_from, "date_to": r.date_to}
 
 
-@register_source("showdown-json")
 class ShowdownJsonSource(_ReplaySource):
     """Replay JSON files under ``--input`` (a folder, file or URI); one read task per file."""
 
+    name = "showdown-json"
+
     def plan(self) -> Plan:
-        root, revision = self.cfg.input, None
-        if is_hub(root):
-            root, revision = pin_hub_input(root, self.cfg.revision, "main")
+        root, revision = resolve_input(self.inputs, self.name, "main")
         return Plan(file_items(root, list_sized(root, (".json",))), revision)
 
     def read(self, item: dict) -> list[dict]:
@@ -315,31 +332,29 @@ class _TableSource(_ReplaySource):
     task per row group, planned from the footers on the driver."""
 
     def plan(self) -> Plan:
-        cfg, root, revision = self.cfg, self.cfg.input, None
         repo, default_revision = HUB[self.name]
-        if cfg.download:
-            root = local_root(cfg.input, f"--source {self.name}")
-            sha = download(self.name, Path(root), cfg.revision or None, cfg.effective_formats)
-            revision = f"{repo}@{sha}"
-        elif is_hub(root):
-            root, revision = pin_hub_input(root, cfg.revision, default_revision)
+
+        def fetch(folder: Path, revision: str | None) -> str:
+            return f"{repo}@{download(self.name, folder, revision, list(self.formats))}"
+
+        root, revision = resolve_input(self.inputs, self.name, default_revision, fetch)
         listed = list_sized(root, (".parquet",))
         if not listed:
             raise FileNotFoundError(f"no .parquet files under --input {root}")
-        return Plan(plan_row_groups(root, listed, self.name, cfg.effective_formats), revision)
+        return Plan(plan_row_groups(root, listed, self.name, list(self.formats)), revision)
 
     def read(self, item: dict) -> list[dict]:
         return read_row_group(item)
 
 
-@register_source("hf-raw")
 class HfRawSource(_TableSource):
     __doc__ = _TableSource.__doc__
+    name = "hf-raw"
 
 
-@register_source("pokechamp")
 class PokechampSource(_TableSource):
     __doc__ = _TableSource.__doc__
+    name = "pokechamp"
 
 
 def plan_row_groups(root: str, listed: list[tuple[str, int]], source: str, formats: list[str]) -> list[dict]:
@@ -441,22 +456,3 @@ def _cell(table: pa.Table, column: str, i: int):
         return value.as_py()
     except (pa.ArrowException, UnicodeDecodeError):
         return None
-
-
-# ---------------------------------------------------------------------------- parser
-@register_parser("replays")
-class ReplayParser(PokemonParser):
-    """A public replay (any of the three sources' records) → both players' trajectories; a battle is written
-    once (``battle_id``: the same battle may be in a JSON file and a table)."""
-
-    def __init__(self, cfg, source: str):
-        super().__init__(cfg, source)
-        r = cfg.replays
-        self.filters = ReplayFilters(formats=self.formats, min_rating=r.min_rating, date_from=r.date_from or None,
-                                     date_to=r.date_to or None)
-
-    def parse(self, input_id: str, payload: bytes, sha256: str, facts: dict) -> Parsed:
-        return parse(self.source, payload, self.dexes, self.filters, self.known_formats)
-
-    def dedupe_key(self, parsed: Parsed) -> str | None:
-        return parsed.rows[0]["battle_id"]

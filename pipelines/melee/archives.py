@@ -1,7 +1,7 @@
 """Where Slippi replays come from: loose ``.slp`` files, archives of them read member by member (``.zip``,
 ``.7z``, ``.tar``, ``.tar.gz``; never unpacked to disk), from a local folder or any storage URI (``s3://``,
 ``hf://datasets/...``), a Hugging Face dataset mirrored at a pinned revision, or synthetic games for the
-no-download demo. The job's ``slp`` source (``pipelines/sources/slp.py``) plans and reads with these."""
+no-download demo. The job's ``slp`` source (``pipelines/melee/source.py``) plans and reads with these."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from pipelines.sources import NOT_A_REPLAY, has_suffix, input_id, list_files
+from pipelines.inputs import NOT_A_REPLAY, has_suffix, input_id, list_files
 from shards_schema import storage
 
 REPLAY = (".slp",)

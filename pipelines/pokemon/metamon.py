@@ -38,21 +38,11 @@ from pipelines.errors import (
     InvalidRecordError,
     UnknownFormatError,
 )
+from pipelines.inputs import NOT_A_REPLAY, file_items, has_suffix, input_id, list_files, list_sized, resolve_input
 from pipelines.pokemon.dex import TYPELESS, to_id
 from pipelines.pokemon.parser import PokemonParser
 from pipelines.pokemon.trajectory import TrajectoryMeta, build_rows, derived_mask
-from pipelines.sources import (
-    NOT_A_REPLAY,
-    file_items,
-    has_suffix,
-    input_id,
-    is_hub,
-    list_files,
-    list_sized,
-    local_root,
-    pin_hub_input,
-)
-from pipelines.stages import Parsed, Plan, Source, read_row, register_parser, register_source
+from pipelines.stages import Parsed, Plan, Source, SourceInputs, read_row
 from shards_schema import storage
 
 HUB_REPO = "jakegrigsby/metamon-parsed-replays"
@@ -329,34 +319,43 @@ def sha256(payload: bytes) -> str:
     return hashlib.sha256(payload).hexdigest()
 
 
-@register_source("metamon")
+class MetamonParser(PokemonParser):
+    """A Metamon file → one player's trajectory; a trajectory is written once (``trajectory_id``)."""
+
+    def parse(self, input_id: str, payload: bytes, sha256: str, facts: dict) -> Parsed:
+        return Parsed(*parse(input_id, payload, self.formats, self.known_formats, facts))
+
+    def dedupe_key(self, parsed: Parsed) -> str | None:
+        return parsed.rows[0]["trajectory_id"]
+
+
 class MetamonSource(Source):
     """Metamon's files under ``--input`` (a folder, file or URI; ``hf://datasets/jakegrigsby/metamon-parsed-
     replays@<rev>`` reads the hub in place), or the asked formats' archives fetched into the local ``--input``
     with ``--download``. One work item per archive or loose file."""
 
-    parser = "metamon"
+    name = "metamon"
+    parser = MetamonParser
     shard_bytes_per_input_byte = 2.3  # the 4 shared .json.lz4 files: 45 KB → 105 KB of turns
 
     @classmethod
-    def check(cls, cfg) -> None:
-        super().check(cfg)
-        if cfg.download and not cfg.formats:
+    def check(cls, inputs: SourceInputs, options) -> None:
+        super().check(inputs, options)
+        if inputs.download and not inputs.formats:
             raise ValueError("--download needs --formats: the hub holds one archive per format")
 
     def plan(self) -> Plan:
-        cfg, root, revision = self.cfg, self.cfg.input, None
-        if cfg.download:
-            revision = cfg.revision or HUB_REVISION
-            root = local_root(cfg.input, "--source metamon")
-            download(cfg.effective_formats, Path(root), revision)
-            revision = f"{HUB_REPO}@{revision}"
-        elif is_hub(root):
-            root, revision = pin_hub_input(root, cfg.revision, HUB_REVISION)
+        asked = self.inputs.formats
+
+        def fetch(folder: Path, revision: str | None) -> str:
+            download(list(self.formats), folder, revision or HUB_REVISION)
+            return f"{HUB_REPO}@{revision or HUB_REVISION}"
+
+        root, revision = resolve_input(self.inputs, self.name, HUB_REVISION, fetch)
         listed = list_sized(root, None)
-        if cfg.formats:  # skip archives of other formats without opening them; loose files are filtered by content
+        if asked:  # skip archives of other formats without opening them; loose files are filtered by content
             listed = [(u, n) for u, n in listed if not is_archive(u) or any(
-                storage.name(u).split(".")[0].lower() == f for f in cfg.formats)]
+                storage.name(u).split(".")[0].lower() == f for f in asked)]
         ties = tie_names([u for u, _ in listed if not is_archive(u)])
         items = file_items(root, listed)
         for item in items:
@@ -378,14 +377,3 @@ class MetamonSource(Source):
         if not is_replay(uri):
             return [read_row(rel, filter_reason=NOT_A_REPLAY)]
         return [read_row(rel, storage.read_bytes(uri), facts=item.get("facts"))]
-
-
-@register_parser("metamon")
-class MetamonParser(PokemonParser):
-    """A Metamon file → one player's trajectory; a trajectory is written once (``trajectory_id``)."""
-
-    def parse(self, input_id: str, payload: bytes, sha256: str, facts: dict) -> Parsed:
-        return Parsed(*parse(input_id, payload, self.formats, self.known_formats, facts))
-
-    def dedupe_key(self, parsed: Parsed) -> str | None:
-        return parsed.rows[0]["trajectory_id"]
