@@ -9,6 +9,8 @@ the checkpoint when there is one), and steps a ``Learner`` through its slice of 
 and self-describing checkpoints (``training/checkpoints.py``) at the config's cadence.
 
 ``Learner`` (model, optimizer, one optimizer step on a batch) takes batches from anywhere: PPO feeds it rollouts.
+``launch`` (Ray Train's workers, storage, checkpoint keeping and restarts) and ``resume_path`` are the driver side
+every trainer shares: ``fit`` and self-play (``training/selfplay.py``) both run through them.
 """
 
 from __future__ import annotations
@@ -355,23 +357,59 @@ def _resume_problem(ckpt, cfg, recipe, identity, model_config) -> str | None:
     return None
 
 
+def resume_path(out: str, resume: bool) -> str | None:
+    """The checkpoint ``--resume`` continues from: the latest under ``out`` (FileNotFoundError when there is none);
+    None without ``--resume``."""
+    from shards_schema import storage
+    from training.loop import latest_checkpoint
+
+    if not resume:
+        return None
+    latest = latest_checkpoint(out)
+    if latest is None:
+        raise FileNotFoundError(f"--resume: no checkpoint under {storage.join(out, 'ray')}")
+    return latest
+
+
+def launch(train_loop, loop_config: dict, cfg, *, tag: str, num_workers: int = 1, max_failures: int = 0,
+           callbacks: tuple = (), name: str = "", datasets: dict | None = None, dataset_config=None):
+    """Every trainer's run on Ray Train (``fit``'s and self-play's); Ray Train's ``Result``. ``train_loop`` runs on
+    ``num_workers`` workers, each reserving ``cfg.cpus_per_worker`` CPUs (and a GPU with ``cfg.use_gpu``), with
+    ``loop_config`` plus ``run_folder`` (rank 0's metrics folder, ``training/loop.local_run_folder``); checkpoints go
+    to the run's storage under ``cfg.out`` (the 2 latest kept); after a worker fails, Ray Train restarts the run from
+    its latest checkpoint up to ``max_failures`` times. ``callbacks``: Ray Train callbacks (a sweep's
+    ``TuneReportCallback``); ``name``: the run's name (default: ``tag`` and the time); ``datasets`` and
+    ``dataset_config``: Ray Data inputs of the workers. Called after ``training/loop.init_local_ray``."""
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    from training.loop import local_run_folder, run_storage
+
+    trainer = TorchTrainer(
+        train_loop,
+        train_loop_config={**loop_config, "run_folder": str(local_run_folder(cfg.out))},
+        scaling_config=ray.train.ScalingConfig(num_workers=num_workers, use_gpu=cfg.use_gpu,
+                                               resources_per_worker={"CPU": cfg.cpus_per_worker}),
+        run_config=ray.train.RunConfig(name=name or f"{tag}-{time.strftime('%Y%m%d-%H%M%S')}",
+                                       **run_storage(cfg.out), callbacks=list(callbacks),
+                                       checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
+                                       failure_config=ray.train.FailureConfig(max_failures=max_failures)),
+        datasets=datasets,
+        dataset_config=dataset_config,
+    )
+    return trainer.fit()
+
+
 def fit(cfg, recipe_class: type[Recipe], callbacks: tuple = (), name: str = ""):
     """Train ``recipe_class``'s model on ``cfg`` with Ray Train; Ray Train's ``Result``. ``callbacks``: Ray Train
     callbacks (a sweep's ``TuneReportCallback``); ``name``: the run's name (default: the recipe's tag and the
     time)."""
     from shards_schema import storage
-    from training.loop import (
-        check_workers_reach,
-        init_local_ray,
-        latest_checkpoint,
-        local_run_folder,
-        run_storage,
-    )
+    from training.loop import check_workers_reach, init_local_ray
 
     init_local_ray()  # before the first `import ray`: a local instance then binds 127.0.0.1 only
     import ray
     import ray.train
-    from ray.train.torch import TorchTrainer
 
     from shards_schema.reader import open_version
     from training.checkpoints import CheckpointError, read_checkpoint, shard_identity
@@ -390,11 +428,8 @@ def fit(cfg, recipe_class: type[Recipe], callbacks: tuple = (), name: str = ""):
     recipe = recipe_class(cfg, plan)
     check_workers_reach(cfg.shards, cfg.out, *([cfg.init_from] if cfg.init_from else []))
     model_config = recipe.model_config()
-    latest, first_step = None, 0
-    if cfg.resume:
-        latest = latest_checkpoint(cfg.out)
-        if latest is None:
-            raise FileNotFoundError(f"--resume: no checkpoint under {storage.join(cfg.out, 'ray')}")
+    latest, first_step = resume_path(cfg.out, cfg.resume), 0
+    if latest:
         ckpt = read_checkpoint(latest)
         problem = _resume_problem(ckpt, cfg, recipe, identity, model_config)
         if problem:
@@ -410,23 +445,14 @@ def fit(cfg, recipe_class: type[Recipe], callbacks: tuple = (), name: str = ""):
                             first_step * cfg.batch_size, (cfg.steps - first_step) * cfg.batch_size)
     print(f"[{recipe.tag}] {identity.dataset}/{identity.version}: steps {first_step + 1}..{cfg.steps} of "
           f"{cfg.batch_size} windows ({first_epoch.num_rows} windows an epoch)")
-    trainer = TorchTrainer(
-        train_loop_per_worker,
-        train_loop_config={"recipe": recipe_class, "model_kind": model_kind(recipe.kind),
-                           "cfg": dataclasses.asdict(cfg), "plan": plan,
-                           "model_config": dataclasses.asdict(model_config), "data": dataclasses.asdict(identity),
-                           "first_step": first_step, "resume_path": latest, "init_from": cfg.init_from,
-                           "run_folder": str(local_run_folder(cfg.out))},
-        scaling_config=ray.train.ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
-                                               resources_per_worker={"CPU": cfg.cpus_per_worker}),
-        run_config=ray.train.RunConfig(name=name or f"{recipe.tag}-{time.strftime('%Y%m%d-%H%M%S')}",
-                                       **run_storage(cfg.out), callbacks=list(callbacks),
-                                       checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
-                                       failure_config=ray.train.FailureConfig(max_failures=cfg.max_failures)),
-        datasets={"train": stream_dataset(windows)},
-        dataset_config=ray.train.DataConfig(datasets_to_split=[]),
-    )
-    return trainer.fit()
+    return launch(train_loop_per_worker,
+                  {"recipe": recipe_class, "model_kind": model_kind(recipe.kind), "cfg": dataclasses.asdict(cfg),
+                   "plan": plan, "model_config": dataclasses.asdict(model_config),
+                   "data": dataclasses.asdict(identity), "first_step": first_step, "resume_path": latest,
+                   "init_from": cfg.init_from},
+                  cfg, tag=recipe.tag, num_workers=cfg.num_workers, max_failures=cfg.max_failures,
+                  callbacks=callbacks, name=name, datasets={"train": stream_dataset(windows)},
+                  dataset_config=ray.train.DataConfig(datasets_to_split=[]))
 
 
 def main(config_class: type, recipe_class: type[Recipe], argv: list[str] | None = None):

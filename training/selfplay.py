@@ -38,15 +38,13 @@ from models.ppo_policy import RecurrentPolicy  # noqa: E402
 from pipelines.cli import command_config  # noqa: E402
 from shards_schema import storage  # noqa: E402
 from training.checkpoints import DataIdentity, payload, read_checkpoint, set_rng_state  # noqa: E402
-from training.fit import Learner, report_checkpoint, worker_checkpoint  # noqa: E402
+from training.fit import Learner, launch, report_checkpoint, resume_path, worker_checkpoint  # noqa: E402
 from training.league import LEARNER, OPPONENT_KINDS, League  # noqa: E402
 from training.loop import (  # noqa: E402
     MetricsWriter,
     checkpoint_uri,
     init_local_ray,
     latest_checkpoint,
-    local_run_folder,
-    run_storage,
     start_worker,
 )
 from training.ppo import update  # noqa: E402
@@ -195,15 +193,10 @@ def run(cfg: SelfPlayConfig, callbacks: tuple = (), name: str = ""):
     metrics line (a sweep's ``TuneReportCallback``); ``name``: the run's name (default: ``selfplay-`` and the
     time)."""
     init_local_ray()
-    import ray.train
-    from ray.train.torch import TorchTrainer
-
     cfg = cfg.normalized()
     env = cfg.environment()  # once: an environment may read a checkpoint or build an encoder
     identity = env.identity()
-    latest = latest_checkpoint(cfg.out) if cfg.resume else None
-    if cfg.resume and latest is None:
-        raise FileNotFoundError(f"--resume: no checkpoint under {storage.join(cfg.out, 'ray')}")
+    latest = resume_path(cfg.out, cfg.resume)
     if latest:
         ckpt = read_checkpoint(latest)
         if ckpt.kind != env.kind or "league" not in ckpt.extra:
@@ -211,17 +204,10 @@ def run(cfg: SelfPlayConfig, callbacks: tuple = (), name: str = ""):
         updates = cfg.ppo(env.num_envs).updates
         if ckpt.step >= updates:
             raise ValueError(f"--resume: the checkpoint is at update {ckpt.step}, --updates is {updates}")
-    trainer = TorchTrainer(
-        train_loop_per_worker,
-        train_loop_config={"cfg": dataclasses.asdict(cfg), "resume_path": latest,
-                           "data": dataclasses.asdict(identity), "run_folder": str(local_run_folder(cfg.out))},
-        scaling_config=ray.train.ScalingConfig(num_workers=1, use_gpu=cfg.use_gpu,
-                                               resources_per_worker={"CPU": cfg.cpus_per_worker}),
-        run_config=ray.train.RunConfig(name=name or f"selfplay-{time.strftime('%Y%m%d-%H%M%S')}",
-                                       **run_storage(cfg.out), callbacks=list(callbacks),
-                                       checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2)),
-    )
-    return trainer.fit()
+    # one learner, no restarts (max_failures 0): self-play has no --max-failures
+    return launch(train_loop_per_worker,
+                  {"cfg": dataclasses.asdict(cfg), "resume_path": latest, "data": dataclasses.asdict(identity)},
+                  cfg, tag="selfplay", callbacks=callbacks, name=name)
 
 
 def run_to_end(cfg: SelfPlayConfig) -> tuple[str, float]:
