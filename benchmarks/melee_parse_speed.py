@@ -14,24 +14,21 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import peppi_py._peppi as peppi
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-import pyarrow.parquet as pq  # noqa: E402
-
-from pipelines.melee.slp import SlpFilters, parse_slp  # noqa: E402
-from pipelines.writer import FRAME_PARQUET_OPTIONS  # noqa: E402
+from pipelines.melee.slp import FRAME_PARQUET_OPTIONS, SlpFilters, parse_slp
+from pipelines.melee.synthetic import SyntheticGame, write_slp
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "melee" / "slp"
 
 
 def input_sets() -> dict[str, list[bytes]]:
-    from pipelines.melee.synthetic import SyntheticGame, write_slp
-
     sets = {}
     if SHARED.is_dir():
         sets["shared real replays"] = [p.read_bytes() for p in sorted(SHARED.glob("*.slp"))]
@@ -41,9 +38,6 @@ def input_sets() -> dict[str, list[bytes]]:
 
 def measure(games: list[bytes], repeat: int) -> tuple[float, float, float, float]:
     """(bare, full, Parquet encoding alone) frames/s per core and Parquet bytes per frame."""
-    import peppi_py._peppi as peppi
-    import pyarrow as pa
-
     with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as tmp:
         paths = []
         for i, data in enumerate(games):

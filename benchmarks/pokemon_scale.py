@@ -14,19 +14,17 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-import psutil  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-
-from pipelines.parse_replays import ParseConfig, run  # noqa: E402
+from pipelines.parse_replays import ParseConfig, run
+from pipelines.pokemon import generated
 
 SHARED_BENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "pokemon" / "bench_replays"
 CPUS = 2
@@ -35,8 +33,6 @@ CPUS = 2
 def base_battles() -> list[dict]:
     if SHARED_BENCH.is_dir():
         return [json.loads(p.read_text()) for p in sorted(SHARED_BENCH.rglob("*.json"))]
-    from pipelines.sources import generated
-
     out = []
     for fmt in ("gen1ou", "gen9randombattle"):
         chunk = generated.chunks([fmt], 200, 99, "random", "random", 200)[0]

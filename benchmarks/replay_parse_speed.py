@@ -43,14 +43,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from pipelines.errors import InputError
+from pipelines.pokemon import generated
+from pipelines.pokemon.dex import gen_of_format, load_dex
+from pipelines.pokemon.spectator import spectator_trajectories
+from pipelines.pokemon.trajectory import turns_table
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-
-from pipelines.errors import InputError  # noqa: E402
-from pipelines.pokemon.dex import gen_of_format, load_dex  # noqa: E402
-from pipelines.pokemon.spectator import spectator_trajectories  # noqa: E402
-from pipelines.pokemon.trajectory import turns_table  # noqa: E402
-
 SHARED_BENCH = REPO_ROOT.parent / "shared" / "data" / "pokemon" / "bench_replays"
 CACHE = REPO_ROOT / ".cache" / "bench_replays"
 METAMON_WORKER = Path(__file__).resolve().parent / "metamon_parse_worker.py"
@@ -62,8 +61,6 @@ METAMON_GENS = range(1, 5)
 def load_replays(fmt: str, num_battles: int, seed: int) -> list[dict]:
     if (SHARED_BENCH / fmt).is_dir():
         return [json.loads(p.read_text()) for p in sorted((SHARED_BENCH / fmt).glob("*.json"))][:num_battles]
-    from pipelines.sources import generated
-
     path = CACHE / f"{fmt}-seed{seed}-{generated.generator_revision()}.json"
     if path.is_file():  # battle i does not depend on how many were played: a longer run's first N are these
         cached = json.loads(path.read_text())

@@ -15,15 +15,21 @@ Melee feature spec's version); this file holds the world model's windows, batch,
 from __future__ import annotations
 
 import dataclasses
-import sys
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+import torch
 
-from training.fit import Recipe, TrainerConfig, fit  # noqa: E402  (after the path set-up above)
+from models.world_model import FrameState, WorldModelConfig
+from shards_schema.reader import open_version
+from training.checkpoints import live_identity, read_checkpoint
+from training.fit import Recipe, TrainerConfig, fit
+from training.fit import main as fit_main
+from training.melee_windows import LoadFrameWindows, split_games, window_specs
+from training.registry import MELEE_FEATURES
+from training.windows import first_windows
+from training.world_model_losses import MetricSums, copy_last_prediction, losses, split_window
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,10 +92,6 @@ class WorldModelTrainConfig(TrainerConfig):
 def scheduled_inputs(model, current, ctrl, stage):
     """Inputs for a scheduled-sampling step: frame 0 as recorded, frames 1.. as the model predicted them from the
     recorded frame before (one pass without gradients)."""
-    import torch
-
-    from models.world_model import FrameState
-
     with torch.no_grad():
         pred, _ = model(current, ctrl, stage)
         guess = pred.next_state(current)
@@ -100,8 +102,6 @@ def scheduled_inputs(model, current, ctrl, stage):
 
 def train_step(model, batch: dict, sampled: bool):
     """Losses of one batch (the math lives in training/world_model_losses.py)."""
-    from training.world_model_losses import losses, split_window
-
     current, ctrl, stage, targets = split_window(batch)
     inputs = scheduled_inputs(model, current, ctrl, stage) if sampled else current
     pred, _ = model(inputs, ctrl, stage)
@@ -110,10 +110,6 @@ def train_step(model, batch: dict, sampled: bool):
 
 def evaluate(model, windows: dict, device, batch_size: int = 64) -> dict[str, float]:
     """Validation metrics of the model and of the copy-last-frame baseline on the same windows."""
-    import torch
-
-    from training.world_model_losses import MetricSums, copy_last_prediction, losses, split_window
-
     was_training = model.training
     model.eval()
     sums, copy_sums, totals, copy_totals, batches = MetricSums(), MetricSums(), {}, {}, 0
@@ -139,10 +135,6 @@ def evaluate(model, windows: dict, device, batch_size: int = 64) -> dict[str, fl
 
 def validation_windows(version_path: str, context: int, games: list[str], limit: int) -> dict:
     """The first ``limit`` windows of the held-out games, in a fixed order (no randomness: resuming stays exact)."""
-    from shards_schema.reader import open_version
-    from training.melee_windows import LoadFrameWindows, window_specs
-    from training.windows import first_windows
-
     specs = window_specs(open_version(version_path, check_sha256=False), context, 0, games=games)
     return first_windows(specs, limit, LoadFrameWindows(version_path, context))
 
@@ -150,8 +142,6 @@ def validation_windows(version_path: str, context: int, games: list[str], limit:
 def scheduled_step(seed: int, step: int, share: float) -> bool:
     """Whether ``step`` uses scheduled sampling: seeded per step, not drawn from the global RNG, so a resumed run
     samples the same steps."""
-    import torch
-
     return bool(torch.rand((), generator=torch.Generator().manual_seed(seed * 1_000_003 + step)) < share)
 
 
@@ -173,10 +163,6 @@ class WorldModelRecipe(Recipe):
 
     @classmethod
     def make_plan(cls, cfg: WorldModelTrainConfig, version) -> dict:
-        import random
-
-        from training.melee_windows import split_games
-
         train_games, val_games = split_games(version, cfg.validation_share, cfg.seed)
         kept = max(1, round(len(train_games) * cfg.train_share))
         left_out = sorted(random.Random(f"{cfg.seed}:train-share").sample(train_games, len(train_games))[kept:])
@@ -185,8 +171,6 @@ class WorldModelRecipe(Recipe):
         return {"val_games": val_games, "left_out": left_out}
 
     def model_config(self):
-        from models.world_model import WorldModelConfig
-
         width = {"d_model": self.cfg.d_model} if self.cfg.d_model else {}
         return WorldModelConfig.preset(self.cfg.preset, backbone=self.cfg.backbone, **width)
 
@@ -196,17 +180,11 @@ class WorldModelRecipe(Recipe):
                                    require_fused=self.cfg.require_fused)
 
     def epoch_windows(self, version, epoch: int):
-        import random
-
-        from training.melee_windows import window_specs
-
         phase = 0 if epoch == 0 else random.Random(f"{self.cfg.seed}:{epoch}").randrange(self.cfg.context)
         return window_specs(version, self.cfg.context, self.cfg.seed + epoch,
                             exclude=self.plan["val_games"] + self.plan.get("left_out", []), phase=phase)
 
     def loader(self):
-        from training.melee_windows import LoadFrameWindows
-
         return LoadFrameWindows(self.cfg.shards, self.cfg.context)
 
     def samples(self, batch: dict) -> int:
@@ -234,16 +212,12 @@ def run(cfg: WorldModelTrainConfig):
 def load_model(checkpoint: str | Path, device: str = "cpu"):
     """A trained WorldModel from a checkpoint folder or its ``state.pt`` (a local path or a URI), rebuilt from the
     checkpoint alone; refused when its feature spec is not this code's (``pipelines/melee/features.py``)."""
-    from training.checkpoints import MELEE_FEATURES, live_identity, read_checkpoint
-
     ckpt = read_checkpoint(checkpoint, device, kind="world_model")
     ckpt.check_features(live_identity(MELEE_FEATURES))
     return ckpt.build_model(use_fused=False, require_fused=False)
 
 
 def main(argv: list[str] | None = None) -> None:
-    from training.fit import main as fit_main
-
     fit_main(WorldModelTrainConfig, WorldModelRecipe, argv)
 
 

@@ -27,13 +27,21 @@ Compute is ``6 · parameters · steps seen`` (forward and backward of a dense mo
 from __future__ import annotations
 
 import dataclasses
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+import numpy as np
+from matplotlib import ticker
+
+from pipelines.cli import command_config
+from shards_schema import storage
+from shards_schema.reader import open_version
+from training.fit import fit
+from training.loop import init_local_ray
+from training.offline_rl import PolicyRecipe, TrainConfig
+from training.registry import model_kind
+from training.world_model import WorldModelRecipe, WorldModelTrainConfig
+from tune import sweeps
+from tune.scaling_fit import fit_power_law, frontier
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,11 +137,9 @@ class SweepTarget:
 
     def parameters(self, sweep: SweepConfig, version, d_model: int) -> int:
         """Parameters of the model a trial of width ``d_model`` trains."""
-        from training.checkpoints import MODEL_KINDS
-
         recipe = self.recipe()
         cfg = self.config(sweep, d_model, 1.0, out="-")
-        _, model_class = MODEL_KINDS[recipe.kind].classes()
+        _, model_class = model_kind(recipe.kind).classes()
         return sum(p.numel() for p in model_class(recipe(cfg, recipe.make_plan(cfg, version)).model_config())
                    .parameters())
 
@@ -142,13 +148,9 @@ class PolicyTarget(SweepTarget):
     dataset, unit, metric = "pokemon_turns", "turns", "val_loss_actor"
 
     def config(self, sweep, d_model, train_share, out):
-        from training.offline_rl import TrainConfig
-
         return TrainConfig(**sweep.shared_fields(), out=out, d_model=d_model, train_share=train_share)
 
     def recipe(self):
-        from training.offline_rl import PolicyRecipe
-
         return PolicyRecipe
 
     def training_units(self, sweep, version, train_share):
@@ -161,14 +163,10 @@ class WorldModelTarget(SweepTarget):
     dataset, unit, metric, overlap = "melee_frames", "frames", "val_loss_total", 1
 
     def config(self, sweep, d_model, train_share, out):
-        from training.world_model import WorldModelTrainConfig
-
         return WorldModelTrainConfig(**sweep.shared_fields(), out=out, d_model=d_model, train_share=train_share,
                                      scheduled_sampling=0.0)
 
     def recipe(self):
-        from training.world_model import WorldModelRecipe
-
         return WorldModelRecipe
 
     def training_units(self, sweep, version, train_share):
@@ -185,8 +183,6 @@ TARGETS = {t.dataset: t for t in (PolicyTarget(), WorldModelTarget())}
 
 def target_of(shards: str) -> SweepTarget:
     """The sweep target of a shard version, by its manifest's dataset."""
-    from shards_schema.reader import open_version
-
     dataset = open_version(shards, check_sha256=False).manifest.dataset
     if dataset not in TARGETS:
         raise ValueError(f"{shards} holds {dataset!r} shards; a scaling sweep trains on {sorted(TARGETS)}")
@@ -196,10 +192,8 @@ def target_of(shards: str) -> SweepTarget:
 def trial(config: dict) -> None:
     """One Tune trial: a run of the sweep's trainer of the trial's width and share, its validations forwarded to
     Tune."""
+    # ray here and in run, not at the top: pipelines.ray_start.start_ray (init_local_ray) must import it first
     from ray.tune.integration.ray_train import TuneReportCallback
-
-    from shards_schema import storage
-    from training.fit import fit
 
     sweep, target = SweepConfig(**config["sweep"]), TARGETS[config["dataset"]]
     name = trial_name(config)
@@ -213,10 +207,6 @@ def trial(config: dict) -> None:
 
 def run(sweep: SweepConfig, log=print):
     """The sweep, then its table, fit and figure; Tune's ``ResultGrid``."""
-    from shards_schema import storage
-    from training.loop import init_local_ray
-    from tune import sweeps
-
     sweep = dataclasses.replace(sweep, shards=storage.normalize(sweep.shards), out=storage.normalize(sweep.out))
     sweeps.refuse_used_out(sweep.out)
     sweeps.limit_forced_cleanup()
@@ -255,9 +245,6 @@ def trial_name(config: dict) -> str:
 def result_rows(sweep: SweepConfig, target: SweepTarget, grid) -> list[dict]:
     """Every validation report of every trial with its width, share, parameters, training data size (turns or
     frames), data seen and compute."""
-    from shards_schema.reader import open_version
-    from tune import sweeps
-
     version = open_version(sweep.shards, check_sha256=False)
     parameters = {d: target.parameters(sweep, version, d) for d in sweep.sizes}
     units = {s: target.training_units(sweep, version, s) for s in sweep.train_shares}
@@ -290,8 +277,6 @@ def fits(rows: list[dict], target: SweepTarget) -> dict:
     trials rose from 1.60 to 2.34 between steps 200 and 1000), so a last validation measures the run's length, and
     the best is what the trial would give stopped early. A trial ASHA stopped counts with its best so far, which it
     reached while behind the others at the same step, so it changes an axis' minimum only where it was best there."""
-    from tune.scaling_fit import fit_power_law, frontier
-
     out = {}
     metric = target.metric
     edge = frontier([(r["compute"], r[metric]) for r in rows])
@@ -310,9 +295,6 @@ def fits(rows: list[dict], target: SweepTarget) -> dict:
 
 def write_report(sweep: SweepConfig, target: SweepTarget, rows: list[dict], log=print) -> dict:
     """``scaling.csv``, ``scaling.md`` and ``scaling.png`` in the sweep's folder; the fits."""
-    from shards_schema import storage
-    from tune import sweeps
-
     if not rows:
         raise RuntimeError(f"no trial reported {target.metric}: see the trials' logs under "
                            f"{storage.join(sweep.out, 'tune')}")
@@ -332,11 +314,6 @@ def write_report(sweep: SweepConfig, target: SweepTarget, rows: list[dict], log=
 
 
 def _figure(rows: list[dict], fitted: dict, target: SweepTarget) -> bytes:
-    import numpy as np
-    from matplotlib import ticker
-
-    from tune import sweeps
-
     plt = sweeps.pyplot()
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 4), dpi=110)
@@ -373,8 +350,6 @@ def _figure(rows: list[dict], fitted: dict, target: SweepTarget) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from pipelines.cli import command_config
-
     run(command_config(SweepConfig, argv))
 
 
