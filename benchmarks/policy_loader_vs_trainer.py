@@ -38,7 +38,8 @@ def measure_loader(version_path: str, context: int, batch_size: int, seed: int, 
     import torch
 
     from shards_schema.reader import open_version
-    from training.windows import LoadWindows, stream_dataset, window_batches, window_specs, window_stream
+    from training.pokemon.windows import LoadTurnWindows, window_specs
+    from training.windows import stream_dataset, window_batches, window_stream
 
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     ray.data.DataContext.get_current().enable_progress_bars = False
@@ -49,7 +50,7 @@ def measure_loader(version_path: str, context: int, batch_size: int, seed: int, 
                                            epochs * (num_windows // batch_size) * batch_size))
     batches, samples, first_s = [], 0, None
     t0 = time.perf_counter()
-    for arrays in window_batches(dataset, LoadWindows(version_path, context), batch_size):
+    for arrays in window_batches(dataset, LoadTurnWindows(version_path, context), batch_size):
         batch = {k: torch.from_numpy(v) for k, v in arrays.items()}  # as the trainer takes them
         if first_s is None:
             first_s = time.perf_counter() - t0

@@ -35,7 +35,8 @@ def test_two_worker_smoke(tiny_generated, tmp_path, objective):
 def test_validation_holds_out_whole_battles(tiny_generated):
     """Both sides of a held-out battle are held out; training and validation windows split every window."""
     from shards_schema.reader import open_version
-    from training.windows import held_out, window_specs
+    from training.pokemon.windows import window_specs
+    from training.windows import held_out
 
     _, published, _ = tiny_generated
     version = open_version(published.path)
@@ -63,7 +64,7 @@ def test_validation_holds_out_whole_battles(tiny_generated):
 
 def test_a_train_share_keeps_nested_battles_and_the_same_held_out_ones(tiny_generated):
     from shards_schema.reader import open_version
-    from training.windows import window_specs
+    from training.pokemon.windows import window_specs
 
     _, published, _ = tiny_generated
     version = open_version(published.path)
@@ -120,7 +121,7 @@ def test_window_gather_matches_reference(tiny_generated):
     import numpy as np
 
     from shards_schema.reader import open_version
-    from training.windows import COLUMNS, LoadWindows, load_window_reference, window_specs
+    from training.pokemon.windows import COLUMNS, LoadTurnWindows, load_window_reference, window_specs
 
     _, published, _ = tiny_generated
     version = open_version(published.path)
@@ -129,7 +130,7 @@ def test_window_gather_matches_reference(tiny_generated):
     assert any(s["num_rows"] < context for s in specs)  # some windows are padded
     batch = {k: np.array([s[k] for s in specs]) for k in ("file", "row_start", "num_rows")}
     batch["window"] = np.arange(len(specs))
-    fast = LoadWindows(str(published.path), context)(batch)
+    fast = LoadTurnWindows(str(published.path), context)(batch)
     tables = {f: version.read_table(f, COLUMNS) for f in set(batch["file"])}
     for i, spec in enumerate(specs):
         ref = load_window_reference(tables[spec["file"]], spec["row_start"], spec["num_rows"], context)
@@ -142,15 +143,15 @@ def test_tokens_outside_the_vocabulary_are_refused_by_the_loader(tiny_generated)
     import numpy as np
 
     from shards_schema.reader import open_version
-    from training.windows import LoadWindows, window_specs
+    from training.pokemon.windows import LoadTurnWindows, window_specs
 
     _, published, _ = tiny_generated
     specs = window_specs(open_version(published.path), 8, seed=0).slice(0, 4)
     batch = {k: specs.column(k).to_numpy(zero_copy_only=False) for k in ("file", "row_start", "num_rows")}
     batch["window"] = np.arange(4)
-    LoadWindows(str(published.path), 8, vocab_size=1 << 20)(batch)
+    LoadTurnWindows(str(published.path), 8, vocab_size=1 << 20)(batch)
     with pytest.raises(ValueError, match="vocabulary"):
-        LoadWindows(str(published.path), 8, vocab_size=3)(batch)
+        LoadTurnWindows(str(published.path), 8, vocab_size=3)(batch)
 
 
 def test_window_loader_memory_is_bounded(tiny_generated):
@@ -158,18 +159,18 @@ def test_window_loader_memory_is_bounded(tiny_generated):
     import numpy as np
 
     from shards_schema.reader import open_version
-    from training.windows import LoadWindows, window_specs
+    from training.pokemon.windows import LoadTurnWindows, window_specs
 
     _, published, _ = tiny_generated
     specs = window_specs(open_version(published.path), 8, seed=0)
     batch = {k: specs.column(k).to_numpy(zero_copy_only=False) for k in specs.column_names}
     batch["window"] = np.arange(specs.num_rows)
-    roomy = LoadWindows(str(published.path), 8)(batch)
-    tight = LoadWindows(str(published.path), 8, max_cached_bytes=1)(batch)
+    roomy = LoadTurnWindows(str(published.path), 8)(batch)
+    tight = LoadTurnWindows(str(published.path), 8, max_cached_bytes=1)(batch)
     for key in roomy:
         assert np.array_equal(roomy[key], tight[key])
 
-    class Counting(LoadWindows):  # shards of 800 bytes each, decoded on demand and counted
+    class Counting(LoadTurnWindows):  # shards of 800 bytes each, decoded on demand and counted
         decoded: list[str] = []
 
         def _decode(self, file):

@@ -117,7 +117,7 @@ def test_a_sweep_never_reuses_a_folder(tmp_path):
 
 def test_the_policy_axes_count_its_parameters_and_kept_turns(tiny_generated):
     from shards_schema.reader import open_version
-    from training.windows import window_specs
+    from training.pokemon.windows import window_specs
     from tune.scaling import target_of
 
     _, published, _ = tiny_generated

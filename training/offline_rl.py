@@ -24,7 +24,8 @@ from shards_schema.reader import open_version
 from training import losses
 from training.fit import Recipe, TrainerConfig, fit
 from training.fit import main as fit_main
-from training.windows import LoadWindows, first_windows, window_specs
+from training.pokemon.windows import LoadTurnWindows, window_specs
+from training.windows import first_windows
 
 OBJECTIVES = ("bc", "filtered_bc", "exp_adv")
 
@@ -150,7 +151,7 @@ class PolicyRecipe(Recipe):
                             train_share=self.cfg.train_share)
 
     def loader(self):
-        return LoadWindows(self.cfg.shards, self.cfg.context, vocab_size=self.plan["vocab_size"])
+        return LoadTurnWindows(self.cfg.shards, self.cfg.context, vocab_size=self.plan["vocab_size"])
 
     def samples(self, batch: dict) -> int:
         return int(step_mask(batch).sum())
@@ -175,7 +176,7 @@ def validation_windows(cfg: TrainConfig, vocab_size: int) -> dict:
     """The first ``max_eval_windows`` windows of the held-out battles, in a fixed order (resuming stays exact)."""
     specs = window_specs(open_version(cfg.shards, check_sha256=False), cfg.context, 0, cfg.sides,
                          validation_share=cfg.validation_share, split_seed=cfg.seed, validation=True)
-    return first_windows(specs, cfg.max_eval_windows, LoadWindows(cfg.shards, cfg.context, vocab_size=vocab_size))
+    return first_windows(specs, cfg.max_eval_windows, LoadTurnWindows(cfg.shards, cfg.context, vocab_size=vocab_size))
 
 
 def evaluate(model, windows: dict, cfg: TrainConfig, device, batch_size: int = 64) -> dict[str, float]:

@@ -231,10 +231,11 @@ def write_rollouts(rollouts: list[tuple[Rollout, str]], out: str | Path, *, data
     job's ``ShardWriter`` (games index, empty quarantine, manifest last). Returns its ``PublishResult``."""
     import hashlib
 
+    from pipelines.melee.slp import FRAME_PARQUET_OPTIONS
     from pipelines.stages import InputRecord
-    from pipelines.writer import FRAME_PARQUET_OPTIONS, ShardWriter, VersionSpec
+    from pipelines.writer import ShardWriter, VersionSpec
+    from shards_schema.melee import CODE_VERSIONS as MELEE_FRAMES
     from shards_schema.melee import FRAMES_SCHEMA, GAMES_SCHEMA
-    from shards_schema.versions import MELEE_FRAMES
 
     seeds = "".join(f"{game_id}@{r.seed_start}+{r.seed_frames}\n" for r, game_id in rollouts)
     spec = VersionSpec(out_root=str(out), dataset=dataset, code=MELEE_FRAMES, source="world-model-rollout",

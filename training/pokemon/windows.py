@@ -1,0 +1,95 @@
+"""The policy's windows of ``pokemon_turns`` rows: which trajectories (player sides, the validation split by battle)
+and how a shard's turns decode into the arrays the policy trains on (``LoadTurnWindows``), beside a readable
+reference of one window (``load_window_reference``) that the tests compare the fast path with."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from models.pokemon_policy import check_inputs
+from shards_schema.pokemon import NUM_ACTIONS, NUM_MOVES, NUM_SWITCHES, OBS_NUMERIC, OBS_WORDS
+from shards_schema.reader import ShardVersion
+from training.windows import LoadWindows, cut_windows, held_out
+
+COLUMNS = ["obs_tokens", "obs_numeric", "legal_mask", "action", "reward", "done"]
+
+
+def window_specs(version: ShardVersion, context: int, seed: int, sides: list[str] | None = None, *,
+                 validation_share: float = 0.0, split_seed: int = 0, validation: bool = False,
+                 train_share: float = 1.0) -> pa.Table:
+    """The windows of ``context`` turns of every trajectory (only the given player sides), shuffled with ``seed``.
+    With a ``validation_share``, only the training battles' windows, or with ``validation`` only the held-out ones
+    (``held_out`` with ``split_seed``). A ``train_share`` below 1 keeps that share of the training battles (a second
+    seeded hash: the held-out battles are the same whatever the share, and each share holds the smaller ones)."""
+    index = version.index().select(["file", "row_start", "num_rows", "player_side", "battle_id"])
+    if sides:
+        index = index.filter(pc.is_in(index.column("player_side"), pa.array(sides)))
+    if validation_share > 0:
+        out = held_out(index.column("battle_id").to_pylist(), validation_share, split_seed)
+        index = index.filter(pa.array(out if validation else ~out))
+    if train_share < 1.0 and not validation:
+        kept = held_out(index.column("battle_id").to_pylist(), train_share, f"{split_seed}:train-share")
+        index = index.filter(pa.array(kept))
+    return cut_windows(index.drop_columns(["player_side", "battle_id"]), context, context, seed)
+
+
+def _fold(mask13: np.ndarray) -> np.ndarray:
+    moves = mask13[:, :NUM_MOVES] | mask13[:, NUM_MOVES + NUM_SWITCHES:]
+    return np.concatenate([moves, mask13[:, NUM_MOVES:NUM_MOVES + NUM_SWITCHES]], axis=1)
+
+
+def _fixed_list(column: pa.ChunkedArray, width: int, dtype) -> np.ndarray:
+    """A fixed-size list column → (rows, width) numpy array."""
+    flat = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    return flat.astype(dtype, copy=False).reshape(-1, width)
+
+
+def decode_shard(table: pa.Table) -> dict[str, np.ndarray]:
+    """A shard's training columns as row-aligned numpy arrays, in the dtypes the trainer consumes."""
+    action = table.column("action").to_numpy().astype(np.int64)
+    return {
+        "tokens": _fixed_list(table.column("obs_tokens"), OBS_WORDS, np.int32),  # (N, 87); embeddings take int32
+        "numeric": _fixed_list(table.column("obs_numeric"), OBS_NUMERIC, np.float32),  # (N, 50)
+        "legal": _fold(_fixed_list(table.column("legal_mask"), NUM_ACTIONS, bool)),  # (N, 9)
+        "action": np.where(action >= NUM_MOVES + NUM_SWITCHES, action - NUM_MOVES - NUM_SWITCHES, action),  # (N,)
+        "reward": table.column("reward").to_numpy().astype(np.float32),
+        "done": table.column("done").to_numpy(zero_copy_only=False).astype(bool),
+    }
+
+
+def load_window_reference(table: pa.Table, start: int, count: int, context: int) -> dict[str, np.ndarray]:
+    """Readable reference of one padded window, straight from the Arrow rows (tests compare the fast path to it)."""
+    rows = table.slice(start, count)
+    k = rows.num_rows
+    out = {"tokens": np.zeros((context, OBS_WORDS), np.int32),
+           "numeric": np.zeros((context, OBS_NUMERIC), np.float32),
+           "legal": np.zeros((context, NUM_MOVES + NUM_SWITCHES), bool), "action": np.full(context, -1, np.int64),
+           "reward": np.zeros(context, np.float32), "done": np.zeros(context, bool), "valid": np.zeros(context, bool)}
+    out["tokens"][:k] = rows.column("obs_tokens").combine_chunks().flatten().to_numpy().reshape(k, -1)
+    out["numeric"][:k] = rows.column("obs_numeric").combine_chunks().flatten().to_numpy().reshape(k, -1)
+    mask13 = rows.column("legal_mask").combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(k, -1)
+    out["legal"][:k] = _fold(mask13)
+    action = rows.column("action").to_numpy().astype(np.int64)
+    out["action"][:k] = np.where(action >= NUM_MOVES + NUM_SWITCHES, action - NUM_MOVES - NUM_SWITCHES, action)
+    out["reward"][:k] = rows.column("reward").to_numpy()
+    out["done"][:k] = rows.column("done").to_numpy(zero_copy_only=False)
+    out["valid"][:k] = True
+    return out
+
+
+class LoadTurnWindows(LoadWindows):
+    """Window specs of turns → padded arrays of the policy's inputs: about 390 bytes per cached turn."""
+
+    def __init__(self, version_path: str, context: int, max_cached_bytes: int = 4 << 30,
+                 vocab_size: int | None = None):
+        super().__init__(version_path, context, max_cached_bytes)
+        self.vocab_size = vocab_size  # token ids are checked against it once per decoded shard
+
+    def _decode(self, file: str) -> dict[str, np.ndarray]:
+        arrays = decode_shard(self.version.read_table(file, COLUMNS))
+        if self.vocab_size is not None:
+            # here rather than in the model's forward pass, where the check would wait on the device every step
+            check_inputs(arrays["tokens"], self.vocab_size)
+        return arrays
