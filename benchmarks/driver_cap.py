@@ -13,7 +13,7 @@ checks that ``pipelines`` was imported from there. The baseline is a ``git workt
 folder and removed at the end, unless ``--baseline-repo`` names one.
 
 Inputs (made once per run by the current checkout, in a temporary folder):
-- Melee: synthetic games (``pipelines.melee.sources.synthetic_game``, the games ``--source slp`` makes without
+- Melee: synthetic games (``pipelines.melee.archives.synthetic_game``, the games ``--source slp`` makes without
   ``--input``, ~2,500 frames each) written as ``.slp`` files and read with ``--source slp --input DIR``. Files
   rather than the no-input synthetic source so that the read tasks do not spend ~55 ms of CPU per game making them
   (on 2 cores that CPU is taken from the parse actors) and so that the same files can be put on the S3 server.
@@ -43,8 +43,8 @@ Inputs (made once per run by the current checkout, in a temporary folder):
    (read tasks → a pool of two 0.5-CPU actors → ``iter_batches``) whose actors only sleep, driver CPU / wall
    (``idle``). "Net of waiting" subtracts idle × the marginal wall time per unit. Model of a cluster: the driver
    needs (net CPU per unit) × (units/s) + idle ≤ 1 core, so one driver sustains (1 - idle) / net units/s.
-2. Parse CPU per unit on one core: ``ParseInputs(cfg).parse_batch(table)`` in a child process on the read rows of the
-   small input set, twice (read first, untimed), in batches of ``inputs_per_batch`` inputs, ``time.process_time()``
+2. Parse CPU per unit on one core: ``ParseInputs(source).parse_batch(table)`` in a child process on the read rows of
+   the small input set, twice (read first, untimed), in batches of ``inputs_per_batch`` inputs, ``time.process_time()``
    around the parse calls only, after one warm-up batch. The cap is the number of parse cores whose output one driver
    keeps up with: "measured" = (parse CPU s per unit) / (driver CPU s per unit), as this machine's slow job costs the
    driver; "cluster" = (parse CPU s per unit) × (1 - idle) / (net driver CPU s per unit). In the current design the
@@ -63,8 +63,10 @@ asserted about speed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+import resource
 import secrets
 import shutil
 import signal
@@ -75,8 +77,14 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/ of this checkout
-from tools.local_s3 import LocalS3Server  # noqa: E402
+import psutil
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+# tools/ is not an installed package (pyproject's packages.find): the checkout's root on the path imports it. The
+# project's own modules are imported inside the child-side functions, after _child puts the measured checkout first.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tools.local_s3 import LocalS3Server
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
@@ -104,8 +112,6 @@ def _child(spec: dict) -> dict:
 
 def _cpu_s(who: str = "process") -> float:
     """CPU seconds (user + system) of this process (every thread, ended ones included) or of the calling thread."""
-    import resource
-
     usage = resource.getrusage(resource.RUSAGE_SELF if who == "process" else resource.RUSAGE_THREAD)
     return usage.ru_utime + usage.ru_stime
 
@@ -126,8 +132,6 @@ def _thread_cpu_s() -> dict[str, float]:
 
 def _config(spec: dict):
     """The job's ``ParseConfig`` for a spec; only fields the checkout's config has are passed."""
-    import dataclasses
-
     from pipelines.parse_replays import ParseConfig
 
     known = {f.name for f in dataclasses.fields(ParseConfig)}
@@ -145,7 +149,7 @@ def _child_prepare(spec: dict) -> dict:
 
     pokemon_scale.SHARED_BENCH = Path(spec["shared_bench"])  # this script's ../shared, wherever the checkout is
 
-    from pipelines.melee.sources import synthetic_game
+    from pipelines.melee.archives import synthetic_game
 
     work = Path(spec["work"])
     small, large = spec["melee_games"]
@@ -226,8 +230,6 @@ def _child_idle(spec: dict) -> dict:
 
 
 def _child_parse(spec: dict) -> dict:
-    import pyarrow as pa
-
     from pipelines.parse_replays import ParseInputs
 
     cfg = _config(spec)
@@ -238,7 +240,7 @@ def _child_parse(spec: dict) -> dict:
     table = pa.Table.from_pylist(rows, schema=columns)
     per_batch = spec["inputs_per_batch"]
     batches = [table.slice(i, per_batch) for i in range(0, table.num_rows, per_batch)]
-    parse = ParseInputs(cfg)
+    parse = ParseInputs(cfg.make_source(), shard_size_mb=cfg.shard_size_mb)
     parse.parse_batch(batches[0])  # warm-up: dex, vocabulary, caches
     units, cpu_s = 0, 0.0
     for _ in range(spec["repeat"]):
@@ -267,8 +269,6 @@ class Quiet:
 
     @staticmethod
     def busy() -> bool:
-        import psutil
-
         mine = {os.getpid(), *(p.pid for p in psutil.Process().children(recursive=True))}
         for proc in psutil.process_iter(["pid", "cmdline"]):
             cmdline = proc.info["cmdline"] or []
@@ -354,8 +354,6 @@ class MotoServer(LocalS3Server):
                 "AWS_SECRET_ACCESS_KEY": "testing"}
 
     def filesystem(self):
-        import pyarrow.fs as pafs
-
         return pafs.S3FileSystem(endpoint_override=self.endpoint.split("://", 1)[1], scheme="http",
                                  region="us-east-1", access_key="testing", secret_key="testing",
                                  allow_bucket_creation=True)
@@ -548,8 +546,6 @@ def main() -> None:
             server = MotoServer(work / "moto.log")
             fs = server.filesystem()
             fs.create_dir("bench")
-            import pyarrow.fs as pafs
-
             for schema in SCHEMAS:
                 pafs.copy_files(str(inputs / f"{schema}-large"), f"bench/{schema}-large",
                                 source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
