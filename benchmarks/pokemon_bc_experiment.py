@@ -9,7 +9,7 @@
 3. evaluate the checkpoint on a local Showdown server against poke-env's RandomPlayer, MaxBasePowerPlayer and
    SimpleHeuristicsPlayer (``--battles`` each, concurrently) and print win rates with 95% intervals.
 ``--formats`` names the formats to generate (``--num-battles`` each), train on (one policy for all) and evaluate
-in; an OU format's evaluation teams are exported from the generator (``training/evaluate.py``).
+in; an OU format's evaluation teams are exported from the generator (``training/pokemon/evaluate.py``).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ def main() -> None:
     from pipelines.parse_replays import run as parse
     from pipelines.pokemon.generated import GeneratedConfig
     from shards_schema import storage
-    from training.evaluate import EvalConfig
-    from training.evaluate import run as evaluate
     from training.loop import latest_checkpoint
     from training.offline_rl import TrainConfig
     from training.offline_rl import run as train
-    from training.showdown_server import free_port
+    from training.pokemon.evaluate import EvalConfig
+    from training.pokemon.evaluate import run as evaluate
+    from training.pokemon.showdown_server import free_port
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--work-dir", default="runs/bc-experiment")

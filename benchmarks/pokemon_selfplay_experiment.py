@@ -9,7 +9,7 @@ rating curve.
 1. "before": the policy the run starts from, written as a step-0 self-play checkpoint exactly as the learner builds
    it (from scratch: an untrained policy on an untrained frozen encoder; with ``--policy-init``: the offline-RL
    policy's actor head under zero-started residuals, which must choose as the offline-RL policy does), evaluated
-   in ``--battles`` battles per opponent on a local Showdown server (greedy, as ``training/evaluate.py`` plays);
+   in ``--battles`` battles per opponent on a local Showdown server (greedy, as ``training/pokemon/evaluate.py`` plays);
 2. ``training/selfplay.py --env pokemon`` for ``--updates`` PPO updates (timed);
 3. "after": the run's last checkpoint, evaluated the same way; with ``--policy-init``, the offline-RL checkpoint
    itself too, so the step-0 claim is checked in battles, not assumed;
@@ -27,11 +27,11 @@ import torch
 from models.ppo_policy import RecurrentPolicy
 from shards_schema import storage
 from training.checkpoints import payload, state_file
-from training.evaluate import EvalConfig
-from training.evaluate import run as play
+from training.pokemon.evaluate import EvalConfig
+from training.pokemon.evaluate import run as play
+from training.pokemon.showdown_server import free_port
 from training.selfplay import SelfPlayConfig, run_to_end
 from training.selfplay_report import ReportConfig, report
-from training.showdown_server import free_port
 
 
 def initial_checkpoint(cfg, path: Path) -> Path:

@@ -30,7 +30,7 @@ CODE_VERSIONS = CodeVersions(
     # Dynamax turns left
     observation="2.0.0",
     reparse_command="python pipelines/parse_replays.py --source <source> --input <raw inputs> --out <dir>",
-    refeaturize_command="python pipelines/refeaturize.py --input <this version folder> --out <dir>",
+    refeaturize_command="python pipelines/pokemon/refeaturize.py --input <this version folder> --out <dir>",
 )
 SCHEMA_VERSION = CODE_VERSIONS.schema
 

@@ -73,9 +73,9 @@ def test_inherited_fields_get_their_base_doc_and_the_subclass_doc_wins():
     assert (cfg.out, cfg.steps, cfg.seed, cfg.preset) == ("o", 20, 1, "base")
 
 
-ENTRY_POINTS = ["pipelines.parse_replays:ParseConfig", "pipelines.refeaturize:RefeaturizeConfig",
+ENTRY_POINTS = ["pipelines.parse_replays:ParseConfig", "pipelines.pokemon.refeaturize:RefeaturizeConfig",
                 "training.world_model:WorldModelTrainConfig", "training.offline_rl:TrainConfig",
-                "training.world_model_play:PlayConfig", "training.evaluate:EvalConfig"]
+                "training.melee.world_model_play:PlayConfig", "training.pokemon.evaluate:EvalConfig"]
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
@@ -92,7 +92,7 @@ def test_shard_size_mb_is_mib_in_the_help_the_writer_and_the_summary():
     from types import SimpleNamespace
 
     from pipelines.parse_replays import ParseConfig, ParseInputs, _summary
-    from pipelines.refeaturize import RefeaturizeConfig
+    from pipelines.pokemon.refeaturize import RefeaturizeConfig
 
     for cls in (ParseConfig, RefeaturizeConfig):
         assert "in MiB (2**20 bytes)" in field_help(cls)["shard_size_mb"]

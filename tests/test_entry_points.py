@@ -21,7 +21,7 @@ tomllib = pytest.importorskip("tomllib", reason="tomllib is Python 3.11+")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-TORCH_FREE = ("pipelines.parse_replays", "pipelines.refeaturize")
+TORCH_FREE = ("pipelines.parse_replays", "pipelines.pokemon.refeaturize")
 """Entry modules of the parse job's commands: they run without torch (1.9 s to import on the dev machines)."""
 
 

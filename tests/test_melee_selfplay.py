@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from pipelines.melee.features import BUTTON_BITS, CAT_FIELDS, CAT_INDEX, CONT_FIELDS, CONT_INDEX, CTRL_PER_PLAYER
+from training.melee.env import frame_outcome, zero_sum_reward
+from training.melee.rollout_rules import Frame, normalize_controller
 from training.melee.selfplay import (
     CONTROLLER_ACTIONS,
     NUM_ACTIONS,
@@ -17,8 +19,6 @@ from training.melee.selfplay import (
     frame_vector,
     reward_terms,
 )
-from training.melee_env import frame_outcome, zero_sum_reward
-from training.rollout_rules import Frame, normalize_controller
 
 
 def _frame(percent=(10.0, 50.0), stocks=(4, 3)) -> Frame:

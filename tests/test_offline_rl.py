@@ -98,10 +98,10 @@ def test_checkpoint_plays_real_battles(tiny_generated, tmp_path):
 
     if shutil.which("node") is None:
         pytest.skip("Node.js is needed for the server")
-    from training.evaluate import EvalConfig, wilson_interval
-    from training.evaluate import run as evaluate
     from training.loop import latest_checkpoint
-    from training.showdown_server import free_port
+    from training.pokemon.evaluate import EvalConfig, wilson_interval
+    from training.pokemon.evaluate import run as evaluate
+    from training.pokemon.showdown_server import free_port
 
     _, published, _ = tiny_generated
     out = tmp_path / "run"

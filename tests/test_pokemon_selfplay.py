@@ -117,14 +117,14 @@ def test_from_scratch_the_encoder_travels_with_the_checkpoint_and_it_plays(ray_l
     """Without --policy-init: an untrained, frozen encoder of --encoder-preset; the checkpoint keeps it, evaluation
     plays the checkpoint from it alone, and the report draws the snapshots' ratings."""
     from training.checkpoints import read_checkpoint
-    from training.evaluate import EvalConfig
-    from training.evaluate import run as evaluate
     from training.loop import latest_checkpoint
+    from training.pokemon.evaluate import EvalConfig
+    from training.pokemon.evaluate import run as evaluate
     from training.pokemon.player import encoder_from_state
     from training.pokemon.selfplay import untrained_encoder
+    from training.pokemon.showdown_server import free_port
     from training.selfplay import SelfPlayConfig, run_to_end
     from training.selfplay_report import ReportConfig, report
-    from training.showdown_server import free_port
 
     out = tmp_path / "run"
     cfg = SelfPlayConfig.tiny(env="pokemon", out=str(out), updates=2, num_runners=1, battles_per_runner=2,

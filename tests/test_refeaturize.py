@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from pipelines.refeaturize import RefeaturizeConfig, run
+from pipelines.pokemon.refeaturize import RefeaturizeConfig, run
 from shards_schema.manifest import Manifest
 from shards_schema.pokemon import CODE_VERSIONS as POKEMON_TURNS
 from shards_schema.reader import open_version

@@ -15,7 +15,7 @@ def test_local_server_plays_poke_env_battles(tmp_path):
     from poke_env import AccountConfiguration, ServerConfiguration
     from poke_env.player import MaxBasePowerPlayer, RandomPlayer
 
-    from training.showdown_server import free_port, showdown_server
+    from training.pokemon.showdown_server import free_port, showdown_server
 
     port = free_port()
     with showdown_server(port, log_path=tmp_path / "server.log") as url:
@@ -48,7 +48,7 @@ def _assert_listens_on_loopback_only(port: int) -> None:
 
 def test_exported_ou_teams_are_packed_and_validated():
     """The generator's team export: packed six-Pokémon teams for gen1ou, none for a random format."""
-    from training.evaluate import export_teams
+    from training.pokemon.evaluate import export_teams
 
     teams = export_teams("gen1ou", 3, seed=5)
     assert len(teams) == 3 and len(set(teams)) == 3
@@ -62,7 +62,7 @@ def test_team_export_finds_the_simulator_installed_elsewhere(tmp_path, monkeypat
     REPLAYFORGE_SHOWDOWN_DIR, as the generated source does."""
     import shutil
 
-    import training.evaluate as evaluate
+    import training.pokemon.evaluate as evaluate
     from pipelines.pokemon.dex import showdown_dir
 
     expected = evaluate.export_teams("gen1ou", 2, seed=5)
@@ -82,11 +82,11 @@ def test_policy_plays_ou_battles_without_fallbacks(tmp_path):
     from models.pokemon_policy import PokemonPolicy, PolicyConfig
     from pipelines.pokemon.observation import vocabulary
     from training.checkpoints import live_identity, payload
-    from training.evaluate import EvalConfig
-    from training.evaluate import run as evaluate
     from training.offline_rl import TrainConfig
+    from training.pokemon.evaluate import EvalConfig
+    from training.pokemon.evaluate import run as evaluate
+    from training.pokemon.showdown_server import free_port
     from training.registry import POKEMON_OBSERVATION
-    from training.showdown_server import free_port
 
     torch.manual_seed(0)
     model_config = PolicyConfig.preset("tiny", len(vocabulary()))

@@ -19,8 +19,8 @@ from conftest import shared_data
 
 from models.world_model import WorldModel, WorldModelConfig
 from pipelines.melee.features import BINARY_INDEX, CAT_FIELDS, CAT_INDEX, CONT_INDEX, PLAYERS, featurize
-from training.melee_env import MeleeWorldEnv, frame_outcome, zero_sum_reward
-from training.rollout_rules import (
+from training.melee.env import MeleeWorldEnv, frame_outcome, zero_sum_reward
+from training.melee.rollout_rules import (
     BLAST_ZONES,
     DEFAULT_BLAST_ZONE,
     Frame,
@@ -29,8 +29,8 @@ from training.rollout_rules import (
     blast_zone,
     non_null_argmax,
 )
-from training.world_model_play import main
-from training.world_model_rollout import (
+from training.melee.world_model_play import main
+from training.melee.world_model_rollout import (
     RandomPolicy,
     WorldModelSim,
     copy_last_frame,

@@ -113,7 +113,8 @@ def model_kind(name: str) -> ModelKind:
 POKEMON_OBSERVATION = register_features(FeatureSpec(
     name="pokemon_observation", dataset=pokemon.SCHEMA_NAME, version=pokemon.CODE_VERSIONS.observation, stored=True,
     vocabulary_dir=VOCAB_DIR,
-    refresh="re-derive the observations with `python pipelines/refeaturize.py` or train on shards of version {version}",
+    refresh="re-derive the observations with `python pipelines/pokemon/refeaturize.py` or train on shards of version "
+            "{version}",
 )).name
 MELEE_FEATURES = register_features(FeatureSpec(
     name="melee_features", dataset=melee.SCHEMA_NAME, version=MELEE_FEATURES_VERSION, stored=False,

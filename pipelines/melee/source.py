@@ -60,7 +60,7 @@ class SlpParser(Parser):
         ("look at it", "REPLAYFORGE_VERSION={uri} make notebook"),
         ("train a world model", "{python} training/world_model.py --shards {uri} --out runs/wm --preset tiny "
                                 "--steps 200"),
-        ("play it", "{python} training/world_model_play.py --checkpoint runs/wm --shards {uri} --out runs/play "
+        ("play it", "{python} training/melee/world_model_play.py --checkpoint runs/wm --shards {uri} --out runs/play "
                     "--preset tiny"),
     )
 

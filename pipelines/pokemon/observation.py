@@ -1,8 +1,9 @@
 """Observation spec 2.0.0: a structured ``BattleState`` → Metamon-style text (87 words) + 50 numeric features.
 
 The spec is pure and versioned: shards store the structured state, so a new spec version re-derives these columns
-from stored state (``pipelines/refeaturize.py``) without re-parsing raw replays. The vocabulary is a fixed file per
-spec version; a word outside it maps to ``<unk>`` (id 1) and is counted in the row, never clamped to a valid id.
+from stored state (``pipelines/pokemon/refeaturize.py``) without re-parsing raw replays. The vocabulary is a fixed
+file per spec version; a word outside it maps to ``<unk>`` (id 1) and is counted in the row, never clamped to a valid
+id.
 
 Word layout (index: meaning):
 - 0 format id; 1 ``forcedswitch``/``noforcedswitch``; 2 the generation's gimmick the player may use now:

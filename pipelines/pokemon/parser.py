@@ -24,7 +24,7 @@ class PokemonParser(Parser):
     next_steps = (
         ("look at it", "REPLAYFORGE_VERSION={uri} make notebook"),
         ("train a policy", "{python} training/offline_rl.py --shards {uri} --out runs/bc --preset tiny --steps 200"),
-        ("battle it", "{python} training/evaluate.py --checkpoint runs/bc --battles 20 --port 8123"),
+        ("battle it", "{python} training/pokemon/evaluate.py --checkpoint runs/bc --battles 20 --port 8123"),
     )
 
     def __init__(self, *, options, formats: tuple[str, ...], source: str):

@@ -5,8 +5,8 @@ The player sees exactly what the policy was trained on: the protocol lines and `
 through the project's tracker and observation spec (``pipelines/pokemon``), as the ``generated`` source's
 first-person trajectories do. ``PolicyPlayer`` plays an offline-RL policy's most likely legal action;
 ``SelfPlayPlayer`` chooses with a self-play policy (``models/ppo_policy.RecurrentPolicy``) on top of a frozen
-offline-RL policy's turn features and records its own decisions for PPO. ``training/evaluate.py`` judges either in
-battles; ``training/pokemon/selfplay.py`` trains the second.
+offline-RL policy's turn features and records its own decisions for PPO. ``training/pokemon/evaluate.py`` judges
+either in battles; ``training/pokemon/selfplay.py`` trains the second.
 """
 
 from __future__ import annotations

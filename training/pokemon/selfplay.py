@@ -32,10 +32,10 @@ from shards_schema import storage
 from shards_schema.pokemon import CODE_VERSIONS as POKEMON_TURNS
 from training.checkpoints import live_identity, read_checkpoint
 from training.pokemon.player import SelfPlayPlayer, encoder_from_state, encoder_state
+from training.pokemon.showdown_server import free_port, showdown_server
 from training.ppo import Rollout
 from training.registry import POKEMON_OBSERVATION
 from training.selfplay_base import ACTOR_SCHEDULING, Episode, SelfPlayCoreConfig
-from training.showdown_server import free_port, showdown_server
 
 OPPONENT_CLASSES = {"heuristic": "SimpleHeuristicsPlayer", "maxbp": "MaxBasePowerPlayer", "random": "RandomPlayer"}
 """Scripted opponents by league name: ``heuristic`` and ``maxbp`` strong, ``random`` weak."""
@@ -110,7 +110,7 @@ class PokemonRunner:
         tag = f"{self.seed % 1000}x{self.rounds % 1000}"  # Showdown names are at most 18 characters
         made = {}
 
-        async def play():  # players are made inside the loop that runs them, as training/evaluate.py does
+        async def play():  # players are made inside the loop that runs them, as training/pokemon/evaluate.py does
             learner = made["learner"] = SelfPlayPlayer(
                 self.bc_model, self.context, self.policy, AccountConfiguration(f"rf learner {tag}", None),
                 server_configuration=ServerConfiguration(self.url, None), battle_format=self.format,

@@ -1,8 +1,8 @@
 """Judge a trained policy in real battles: a local Showdown server, poke-env opponents, win rates with 95% intervals.
 
-    python training/evaluate.py --checkpoint runs/bc/.../state.pt --battles 200 --port 8123
-    python training/evaluate.py --checkpoint A/state.pt --checkpoint2 B/state.pt --battles 100 --port 8123
-    python training/evaluate.py --checkpoint ... --formats gen9randombattle gen1ou --battles 200 --port 8123
+    python training/pokemon/evaluate.py --checkpoint runs/bc/.../state.pt --battles 200 --port 8123
+    python training/pokemon/evaluate.py --checkpoint A/state.pt --checkpoint2 B/state.pt --battles 100 --port 8123
+    python training/pokemon/evaluate.py --checkpoint ... --formats gen9randombattle gen1ou --battles 200 --port 8123
 
 The server is the project's own install (127.0.0.1, the given port, stopped by PID at the end). The player is
 ``training/pokemon/player.py``'s: the policy sees exactly what it was trained on. Formats without generated
@@ -17,7 +17,6 @@ import asyncio
 import functools
 import math
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,9 +25,7 @@ from poke_env import AccountConfiguration, ServerConfiguration
 from poke_env.player import MaxBasePowerPlayer, RandomPlayer, SimpleHeuristicsPlayer
 from poke_env.teambuilder import Teambuilder
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # after the path set-up above; load_policy is re-exported (tests/test_checkpoints.py and
 # tests/test_security_checkpoints.py load policies through evaluate)
@@ -36,7 +33,7 @@ from pipelines.cli import command_config  # noqa: E402
 from pipelines.console import eta_s, progress_line  # noqa: E402
 from pipelines.pokemon.dex import node_env  # noqa: E402
 from training.pokemon.player import load_player, load_policy  # noqa: E402, F401
-from training.showdown_server import showdown_server  # noqa: E402
+from training.pokemon.showdown_server import showdown_server  # noqa: E402
 
 OPPONENTS = ("random", "maxbp", "heuristic")
 

@@ -8,8 +8,8 @@ import numpy as np
 
 from models.world_model import WorldModel
 from pipelines.melee.features import BINARY_FIELDS, CONT_FIELDS, CTRL_PER_PLAYER, PLAYERS
-from training.rollout_rules import CLASSES, CTRL_HIGH, CTRL_LOW, Frame
-from training.world_model_rollout import WorldModelSim, game_row, load_seed
+from training.melee.rollout_rules import CLASSES, CTRL_HIGH, CTRL_LOW, Frame
+from training.melee.world_model_rollout import WorldModelSim, game_row, load_seed
 
 
 @dataclass(frozen=True)

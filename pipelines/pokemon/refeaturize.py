@@ -1,6 +1,6 @@
 """Re-derive the observation columns of a shard version from its stored state, with this checkout's spec.
 
-    python pipelines/refeaturize.py --input OUT/pokemon_turns/<version> --out OUT
+    python pipelines/pokemon/refeaturize.py --input OUT/pokemon_turns/<version> --out OUT
 
 No raw replay is read: the structured ``state`` column holds everything the spec needs. The result is a new shard
 version (same inputs, same trajectories, same quarantine) whose manifest carries the current observation version.
@@ -8,16 +8,12 @@ version (same inputs, same trajectories, same quarantine) whose manifest carries
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import pyarrow as pa
 
-import pyarrow as pa  # noqa: E402
-
-from pipelines.pokemon.observation import observation_columns  # noqa: E402
+from pipelines.pokemon.observation import observation_columns
 
 
 @dataclass(frozen=True, kw_only=True)

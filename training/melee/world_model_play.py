@@ -1,31 +1,25 @@
 """Play the Melee world model from the command line: roll a checkpoint out from a real game's seed frames, publish
 the rollout as frame shards, and print its drift against the real replay.
 
-    python training/world_model_play.py --checkpoint RUN/ray/.../checkpoint_000004 --shards OUT/melee_frames/<v> \\
+    python training/melee/world_model_play.py --checkpoint RUN --shards OUT/melee_frames/<v> \\
         --game-id first --seed-frames 60 --frames 300 --out runs/play
-    python training/world_model_play.py --tiny --shards OUT/melee_frames/<version> --out runs/play   # untrained tiny
+    python training/melee/world_model_play.py --tiny --shards OUT/melee_frames/<v> --out runs/play  # untrained tiny
 
-The rollout, its writing and the drift table are ``training/world_model_rollout.py``; the rules that keep generated
-frames legal ``training/rollout_rules.py``; the two-player environment ``training/melee_env.py``. The CLI prints the
-drift table (position MAE, percent MAE, action and stocks accuracy over the first 60 and 300 generated frames, beside
-the copy-last-frame baseline) and, last, the published folder.
+The rollout, its writing and the drift table are ``training/melee/world_model_rollout.py``; the rules that keep
+generated frames legal ``training/melee/rollout_rules.py``; the two-player environment ``training/melee/env.py``. The
+CLI prints the drift table (position MAE, percent MAE, action and stocks accuracy over the first 60 and 300 generated
+frames, beside the copy-last-frame baseline) and, last, the published folder.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:  # runs as a plain script and under `ray job submit --working-dir .`
-    sys.path.insert(0, str(REPO_ROOT))
 
 import torch  # noqa: E402
 
 from models.world_model import WorldModel  # noqa: E402
-from training.world_model_rollout import (  # noqa: E402
+from training.melee.world_model_rollout import (  # noqa: E402
     RandomPolicy,
     drift_table,
     format_drift,

@@ -2,11 +2,12 @@
 against the real replay.
 
 A rollout primes the model on S real frames with ``forward`` (keeping the backbone cache), then generates one frame
-at a time with ``step``, feeding every prediction back after the rollout rules (``training/rollout_rules.py``) have
-made it legal. Controllers come from an array (the replay's own) or from one ``Policy`` per player. The rollout is
-written as a ``melee_frames`` shard version (the seed frames, then the generated ones) through the parse job's
-``ShardWriter`` with ``unfeaturize`` (``pipelines/melee/features.py``). Drift: position MAE, percent MAE, action and
-stocks accuracy over the first frames generated, beside the copy-last-frame baseline.
+at a time with ``step``, feeding every prediction back after the rollout rules
+(``training/melee/rollout_rules.py``) have made it legal. Controllers come from an array (the replay's own) or from
+one ``Policy`` per player. The rollout is written as a ``melee_frames`` shard version (the seed frames, then the
+generated ones) through the parse job's ``ShardWriter`` with ``unfeaturize`` (``pipelines/melee/features.py``). Drift:
+position MAE, percent MAE, action and stocks accuracy over the first frames generated, beside the copy-last-frame
+baseline.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pipelines.melee.features import (
     featurize,
     unfeaturize,
 )
-from training.rollout_rules import (
+from training.melee.rollout_rules import (
     SCALE,
     Frame,
     RolloutRules,
