@@ -71,7 +71,7 @@ def test_another_feature_version_is_refused_with_which(tmp_path):
 
 
 def test_another_model_family_and_an_old_format_are_refused(tmp_path):
-    from training.pokemon.evaluate import load_policy
+    from training.pokemon.player import load_policy
 
     _save_world_model(tmp_path / "wm", _melee())
     with pytest.raises(CheckpointError, match="holds a world_model model, not a pokemon_policy"):

@@ -30,7 +30,7 @@ def _plain_state() -> dict:
 
 def _loaders():
     from training.checkpoints import load_state, read_checkpoint
-    from training.pokemon.evaluate import load_policy
+    from training.pokemon.player import load_policy
     from training.world_model import load_model
 
     return {

@@ -25,15 +25,13 @@ from poke_env import AccountConfiguration, ServerConfiguration
 from poke_env.player import MaxBasePowerPlayer, RandomPlayer, SimpleHeuristicsPlayer
 from poke_env.teambuilder import Teambuilder
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from pipelines.cli import command_config
+from pipelines.console import eta_s, progress_line
+from pipelines.pokemon.dex import node_env
+from training.pokemon.player import load_player
+from training.pokemon.showdown_server import showdown_server
 
-# after the path set-up above; load_policy is re-exported (tests/test_checkpoints.py and
-# tests/test_security_checkpoints.py load policies through evaluate)
-from pipelines.cli import command_config  # noqa: E402
-from pipelines.console import eta_s, progress_line  # noqa: E402
-from pipelines.pokemon.dex import node_env  # noqa: E402
-from training.pokemon.player import load_player, load_policy  # noqa: E402, F401
-from training.pokemon.showdown_server import showdown_server  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 OPPONENTS = ("random", "maxbp", "heuristic")
 
