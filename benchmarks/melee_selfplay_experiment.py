@@ -6,7 +6,7 @@ controller, beside the same figures for a uniform-random agent over the same 25 
     python benchmarks/melee_selfplay_experiment.py --shards OUT/melee_frames/<v> --world-model RUN/.../checkpoint_X
 
 1. Without ``--shards``: parse ``--input`` (.slp files) into a melee_frames version; without ``--world-model``:
-   train a ``--wm-preset`` world model on it for ``--wm-steps`` steps (``training/world_model.py``);
+   train a ``--wm-preset`` world model on it for ``--wm-steps`` steps (``training/melee/world_model.py``);
 2. ``training/selfplay.py --env melee`` for ``--updates`` PPO updates (timed);
 3. ``--games`` games per agent and opponent in the world model (``MeleeRunner``, the same seeding, frames and time
    limit as training; every game played to its end or the time limit), with the run's last checkpoint and with the
@@ -71,10 +71,10 @@ def main() -> None:
     from training.league import Opponent
     from training.loop import latest_checkpoint
     from training.melee.selfplay import load_world_model
+    from training.melee.world_model import WorldModelTrainConfig
+    from training.melee.world_model import run as train_world_model
     from training.selfplay import SelfPlayConfig, run_to_end
     from training.selfplay_report import ReportConfig, report
-    from training.world_model import WorldModelTrainConfig
-    from training.world_model import run as train_world_model
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--input", default=str(REPO_ROOT.parent / "shared/data/melee/slp"), help=".slp files")

@@ -28,10 +28,10 @@ def main() -> None:
     from pipelines.pokemon.generated import GeneratedConfig
     from shards_schema import storage
     from training.loop import latest_checkpoint
-    from training.offline_rl import TrainConfig
-    from training.offline_rl import run as train
     from training.pokemon.evaluate import EvalConfig
     from training.pokemon.evaluate import run as evaluate
+    from training.pokemon.offline_rl import TrainConfig
+    from training.pokemon.offline_rl import run as train
     from training.pokemon.showdown_server import free_port
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -67,7 +67,7 @@ def measure_trainer(batches: list, context: int, steps: int, threads: int):
 
     from models.pokemon_policy import PokemonPolicy, PolicyConfig
     from pipelines.pokemon.observation import vocabulary
-    from training.offline_rl import TrainConfig, compute_losses
+    from training.pokemon.offline_rl import TrainConfig, compute_losses
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

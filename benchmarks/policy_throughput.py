@@ -26,7 +26,7 @@ from benchmarks.timing import peak_memory, reset_peak_memory, seconds_per_call
 from models.pokemon_policy import PokemonPolicy, PolicyConfig
 from pipelines.pokemon.observation import vocabulary
 from shards_schema.pokemon import OBS_NUMERIC, OBS_WORDS
-from training.offline_rl import TrainConfig, compute_losses
+from training.pokemon.offline_rl import TrainConfig, compute_losses
 
 H100_BF16_PEAK_TFLOPS = 989.0
 """Dense bf16 tensor-core peak of an H100 SXM (also an H200's), from NVIDIA's data sheet: the default on CUDA."""

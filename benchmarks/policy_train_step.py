@@ -3,14 +3,13 @@
     python benchmarks/policy_train_step.py                     # small preset, batches of 32 × 32 turns
     python benchmarks/policy_train_step.py --preset tiny --steps 50
 
-Every variant runs the same step (``compute_losses``, backward, clip, AdamW) on the same fixed batch, so data loading
-is out of it unless named: 1. bare, in this process, with 1 and with 2 intra-op threads; 2. inside a 1-worker
-``TorchTrainer`` (through ``prepare_model``, as ``training/offline_rl.py`` does) at 0.5 and 1.0 reserved CPUs, with
-the thread count Ray gives the worker and with ``torch_threads`` 2; 3. the real trainer (``training/offline_rl.py``
-on a generated shard version, Ray Data streaming beside it), s/step from its step times. Each line prints the
-worker's intra-op threads and ``OMP_NUM_THREADS`` and the load average (the machine may be shared); all variants
-run in rounds and the medians are compared with the bare loop at 2 threads.
-"""
+Every variant runs the same step (``compute_losses``, backward, clip, AdamW) on the same fixed batch, so data loading is
+out of it unless named: 1. bare, in this process, with 1 and with 2 intra-op threads; 2. inside a 1-worker
+``TorchTrainer`` (through ``prepare_model``, as ``training/pokemon/offline_rl.py`` does) at 0.5 and 1.0 reserved CPUs,
+with the thread count Ray gives the worker and with ``torch_threads`` 2; 3. the real trainer
+(``training/pokemon/offline_rl.py`` on a generated shard version, Ray Data streaming beside it), s/step from its step
+times. Each line prints the worker's intra-op threads and ``OMP_NUM_THREADS`` and the load average (the machine may be
+shared); all variants run in rounds and the medians are compared with the bare loop at 2 threads."""
 
 from __future__ import annotations
 
@@ -49,7 +48,7 @@ def time_steps(preset: str, context: int, batch_size: int, warmup: int, steps: i
 
     from models.pokemon_policy import PokemonPolicy, PolicyConfig
     from pipelines.pokemon.observation import vocabulary
-    from training.offline_rl import TrainConfig, compute_losses
+    from training.pokemon.offline_rl import TrainConfig, compute_losses
 
     if threads:
         torch.set_num_threads(threads)
@@ -105,11 +104,11 @@ def in_trainer(args, cpus: float, threads: int, storage: Path) -> dict:
 
 
 def real_trainer(args, cpus: float, threads: int, work: Path, shards: str) -> dict:
-    """s/step of training/offline_rl.py itself: mean of its step times after the first ``warmup`` steps."""
+    """s/step of training/pokemon/offline_rl.py itself: mean of its step times after the first ``warmup`` steps."""
     import csv
 
-    from training.offline_rl import TrainConfig
-    from training.offline_rl import run as train
+    from training.pokemon.offline_rl import TrainConfig
+    from training.pokemon.offline_rl import run as train
 
     out = work / f"real-{cpus}-{threads}-{time.monotonic_ns()}"
     train(TrainConfig(shards=shards, out=str(out), preset=args.preset, context=args.context,

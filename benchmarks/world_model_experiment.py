@@ -24,8 +24,8 @@ def main() -> None:
     from pipelines.melee.source import SlpConfig
     from pipelines.parse_replays import ParseConfig
     from pipelines.parse_replays import run as parse
-    from training.world_model import WorldModelTrainConfig
-    from training.world_model import run as train
+    from training.melee.world_model import WorldModelTrainConfig
+    from training.melee.world_model import run as train
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--input", default=str(Path(__file__).resolve().parents[2] / "shared/data/melee/slp"))

@@ -28,7 +28,7 @@ def _melee(**changes) -> DataIdentity:
 
 def _save_world_model(path, data: DataIdentity, **config):
     from models.world_model import WorldModel, WorldModelConfig
-    from training.world_model import WorldModelTrainConfig
+    from training.melee.world_model import WorldModelTrainConfig
 
     model_config = WorldModelConfig.preset("tiny", **config)
     model = WorldModel(model_config)
@@ -41,7 +41,7 @@ def _save_world_model(path, data: DataIdentity, **config):
 
 
 def test_a_world_model_is_rebuilt_from_its_checkpoint_alone(tmp_path):
-    from training.world_model import load_model
+    from training.melee.world_model import load_model
 
     model = _save_world_model(tmp_path / "run", _melee(), backbone="mlp", mlp_context=3)
     loaded = load_model(tmp_path / "run")  # the folder, as the trainer prints it
@@ -63,7 +63,7 @@ def test_a_policy_config_round_trips_with_its_tuples():
 
 
 def test_another_feature_version_is_refused_with_which(tmp_path):
-    from training.world_model import load_model
+    from training.melee.world_model import load_model
 
     _save_world_model(tmp_path / "run", _melee(features_version="2.0.0"))
     with pytest.raises(CheckpointError, match=r"melee_features 2\.0\.0.*gives melee_features 1\.0\.0"):
@@ -99,7 +99,7 @@ def test_a_resume_that_would_not_be_exact_is_refused_before_training():
     from models.pokemon_policy import PolicyConfig
     from training.checkpoints import Checkpoint
     from training.fit import _resume_problem
-    from training.offline_rl import PolicyRecipe, TrainConfig
+    from training.pokemon.offline_rl import PolicyRecipe, TrainConfig
 
     cfg = TrainConfig.tiny(shards="s", out="o", steps=12)
     recipe = PolicyRecipe(cfg, {"vocab_size": 50})
@@ -126,7 +126,7 @@ def test_fine_tuning_starts_from_a_checkpoint_and_records_the_data(tiny_generate
     from shards_schema.reader import open_version
     from training.checkpoints import shard_identity
     from training.loop import latest_checkpoint
-    from training.offline_rl import TrainConfig, run
+    from training.pokemon.offline_rl import TrainConfig, run
 
     _, published, _ = tiny_generated
     first = tmp_path / "first"

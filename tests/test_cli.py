@@ -74,7 +74,7 @@ def test_inherited_fields_get_their_base_doc_and_the_subclass_doc_wins():
 
 
 ENTRY_POINTS = ["pipelines.parse_replays:ParseConfig", "pipelines.pokemon.refeaturize:RefeaturizeConfig",
-                "training.world_model:WorldModelTrainConfig", "training.offline_rl:TrainConfig",
+                "training.melee.world_model:WorldModelTrainConfig", "training.pokemon.offline_rl:TrainConfig",
                 "training.melee.world_model_play:PlayConfig", "training.pokemon.evaluate:EvalConfig"]
 
 

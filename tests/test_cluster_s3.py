@@ -215,8 +215,8 @@ def _final_weights_equal(a: str, b: str) -> bool:
     return models[0].keys() == models[1].keys() and all(torch.equal(models[0][k], models[1][k]) for k in models[0])
 
 
-TRAINERS = {"world_model.py": ("training.world_model", "WorldModelTrainConfig", "WorldModelRecipe"),
-            "offline_rl.py": ("training.offline_rl", "TrainConfig", "PolicyRecipe")}
+TRAINERS = {"world_model.py": ("training.melee.world_model", "WorldModelTrainConfig", "WorldModelRecipe"),
+            "offline_rl.py": ("training.pokemon.offline_rl", "TrainConfig", "PolicyRecipe")}
 
 
 def _train_here(script: str, argv: list[str]) -> None:

@@ -314,8 +314,8 @@ def test_the_demo_job_and_a_tiny_training_run_print_progress_next_steps_and_no_a
         pytest.skip(reason)
     parse, parse_err = _run(["pipelines/parse_replays.py", "--tiny", "--source", "generated", "--out",
                              str(tmp_path / "out"), "--progress-every-s", "1"], 300)
-    train, train_err = _run(["training/offline_rl.py", "--tiny", "--shards", parse[-1], "--out", str(tmp_path / "run"),
-                             "--wandb-mode", "offline", "--steps", "8"], 300)
+    train, train_err = _run(["training/pokemon/offline_rl.py", "--tiny", "--shards", parse[-1], "--out",
+                             str(tmp_path / "run"), "--wandb-mode", "offline", "--steps", "8"], 300)
     alarms = [line for line in parse + parse_err + train + train_err if ALARMING.search(line)]
     assert not alarms, "\n".join(alarms)
     progress = [line for line in parse if re.search(r"\[parse\] \d+/12 inputs read \(\d+%\) · \d+ parsed · .* rows/s · "

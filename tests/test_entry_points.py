@@ -1,9 +1,8 @@
-"""The entry points: every console script in pyproject.toml names an importable ``main`` that is also what its file
-runs by path (``python training/offline_rl.py``, as ``ray job submit --working-dir .`` runs it on a cluster where
-the project is not installed); run by path from another folder, each answers ``--help`` with no ``sys.path`` set-up
-of its own; and importing one starts nothing: ``ray`` stays unimported until ``pipelines.ray_start.start_ray``
-imports it (it reads its single-machine switch once, at import), and the parse job's commands do not import torch.
-No Ray starts."""
+"""The entry points: every console script in pyproject.toml names an importable ``main`` that is also what its file runs
+by path (``python training/pokemon/offline_rl.py``, as ``ray job submit --working-dir .`` runs it on a cluster where the
+project is not installed); run by path from another folder, each answers ``--help`` with no ``sys.path`` set-up of its
+own; and importing one starts nothing: ``ray`` stays unimported until ``pipelines.ray_start.start_ray`` imports it (it
+reads its single-machine switch once, at import), and the parse job's commands do not import torch. No Ray starts."""
 
 from __future__ import annotations
 

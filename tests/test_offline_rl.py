@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from training.offline_rl import TrainConfig, run
+from training.pokemon.offline_rl import TrainConfig, run
 
 
 def _losses(out):

@@ -83,7 +83,7 @@ def test_a_short_selfplay_run_in_real_battles(bc_policy, ray_local, tmp_path):
 
     from training.checkpoints import live_identity, payload, read_checkpoint
     from training.loop import latest_checkpoint
-    from training.offline_rl import TrainConfig
+    from training.pokemon.offline_rl import TrainConfig
     from training.registry import POKEMON_OBSERVATION
     from training.selfplay import SelfPlayConfig, run
 

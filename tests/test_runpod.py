@@ -309,7 +309,7 @@ def test_the_cluster_page_walks_through_both_clusters():
     flags parse with its entry point's own CLI (a renamed or removed flag fails here)."""
     from pipelines.cli import parser_for
     from pipelines.parse_replays import ParseConfig
-    from training.world_model import WorldModelTrainConfig
+    from training.melee.world_model import WorldModelTrainConfig
 
     readme = (REPO_ROOT / "docs" / "cluster.md").read_text()
     aws = readme[readme.index("### AWS: launch"):readme.index("### RunPod: launch")]
@@ -322,7 +322,7 @@ def test_the_cluster_page_walks_through_both_clusters():
         assert step in runpod, step
     for path in re.findall(r"cluster/runpod/[\w.]+", readme):
         assert (REPO_ROOT / path).exists(), path
-    configs = {"pipelines/parse_replays.py": ParseConfig, "training/world_model.py": WorldModelTrainConfig}
+    configs = {"pipelines/parse_replays.py": ParseConfig, "training/melee/world_model.py": WorldModelTrainConfig}
     for section in (aws, runpod):
         assert "RAY_AUTH_MODE=token RAY_ADDRESS=http://127.0.0.1:8265" in section
         assert "RAY_AUTH_MODE=disabled" not in section

@@ -30,8 +30,8 @@ def _plain_state() -> dict:
 
 def _loaders():
     from training.checkpoints import load_state, read_checkpoint
+    from training.melee.world_model import load_model
     from training.pokemon.player import load_policy
-    from training.world_model import load_model
 
     return {
         "load_state": lambda run: load_state(run / "state.pt"),

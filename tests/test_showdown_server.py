@@ -82,9 +82,9 @@ def test_policy_plays_ou_battles_without_fallbacks(tmp_path):
     from models.pokemon_policy import PokemonPolicy, PolicyConfig
     from pipelines.pokemon.observation import vocabulary
     from training.checkpoints import live_identity, payload
-    from training.offline_rl import TrainConfig
     from training.pokemon.evaluate import EvalConfig
     from training.pokemon.evaluate import run as evaluate
+    from training.pokemon.offline_rl import TrainConfig
     from training.pokemon.showdown_server import free_port
     from training.registry import POKEMON_OBSERVATION
 

@@ -15,7 +15,7 @@ import torch
 
 from training.checkpoints import read_checkpoint
 from training.fit import TrainerConfig, fit
-from training.offline_rl import PolicyRecipe, TrainConfig
+from training.pokemon.offline_rl import PolicyRecipe, TrainConfig
 
 CHECKPOINT_EVERY = 4
 KILL_AT_STEP = 5  # the loss of optimizer step 6 (steps count from 0 there): step 5 was taken past the checkpoint

@@ -35,7 +35,7 @@ def test_world_model_on_a_faulty_s3_resumes_exactly(s3_server, s3_bucket, synthe
     """Both runs on the store read their shards and write their checkpoints through the fault proxy: retried, they
     log the uninterrupted local run's losses, step for step. The shards: the session's synthetic games
     (conftest's ``synthetic_frames``, no shared data needed)."""
-    from training.world_model import WorldModelTrainConfig, load_model, run
+    from training.melee.world_model import WorldModelTrainConfig, load_model, run
 
     monkeypatch.chdir(tmp_path)
     shards = f"{s3_bucket}/out/melee_frames/{synthetic_frames.name}"

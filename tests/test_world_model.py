@@ -13,9 +13,9 @@ from conftest import shared_data
 
 from models.world_model import WorldModel, WorldModelConfig
 from pipelines.melee.features import CAT_INDEX, CONT_INDEX, featurize
-from training.melee_windows import LoadFrameWindows, window_specs
-from training.world_model import WorldModelTrainConfig, evaluate, run, train_step, validation_windows
-from training.world_model_losses import split_window
+from training.melee.windows import LoadFrameWindows, window_specs
+from training.melee.world_model import WorldModelTrainConfig, evaluate, run, train_step, validation_windows
+from training.melee.world_model_losses import split_window
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def test_ray_train_smoke_and_exact_resume(shared_frames, tmp_path):
 
 def test_validation_windows_are_held_out_games(shared_frames):
     from shards_schema.reader import open_version
-    from training.melee_windows import split_games
+    from training.melee.windows import split_games
 
     train, val = split_games(open_version(shared_frames), 0.2, seed=0)
     assert val and not set(train) & set(val)
@@ -140,8 +140,8 @@ def test_run_stream_resumes_where_it_stopped(shared_frames):
     """The trainer's stream (its recipe's epochs through ``window_stream``), cut at a resume step, is the rest of
     the uninterrupted stream; each epoch has its own order and phase; held-out games never appear."""
     from shards_schema.reader import open_version
+    from training.melee.world_model import WorldModelRecipe
     from training.windows import window_stream
-    from training.world_model import WorldModelRecipe
 
     version = open_version(shared_frames)
     cfg = WorldModelTrainConfig.tiny(shards=str(shared_frames), out="-", validation_share=0.2)
@@ -162,7 +162,7 @@ def test_train_share_keeps_a_nested_subset_and_the_same_held_out_games(shared_fr
     """The data axis of a sweep: a smaller --train-share trains on a subset of a larger one's games (the same
     seeded order), and the validation games do not move."""
     from shards_schema.reader import open_version
-    from training.world_model import WorldModelRecipe
+    from training.melee.world_model import WorldModelRecipe
 
     version = open_version(shared_frames)
 
@@ -183,7 +183,7 @@ def test_train_share_keeps_a_nested_subset_and_the_same_held_out_games(shared_fr
 
 def test_d_model_sets_the_width(shared_frames):
     from shards_schema.reader import open_version
-    from training.world_model import WorldModelRecipe
+    from training.melee.world_model import WorldModelRecipe
 
     cfg = WorldModelTrainConfig.tiny(shards=str(shared_frames), out="-", d_model=32)
     recipe = WorldModelRecipe(cfg, WorldModelRecipe.make_plan(cfg, open_version(shared_frames)))

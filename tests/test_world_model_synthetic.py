@@ -1,6 +1,6 @@
 """World-model training and play on synthetic ``.slp`` games: the smoke tests that need no ``../shared`` (a user's
 clone without the shared replays runs them; ``tests/test_world_model.py`` and ``tests/test_world_model_play.py`` use
-the real replays). Only the public entry points: ``run(cfg)`` of ``training/world_model.py`` and
+the real replays). Only the public entry points: ``run(cfg)`` of ``training/melee/world_model.py`` and
 ``training/melee/world_model_play.py``, their configs' ``tiny()``."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from training.melee.world_model import WorldModelTrainConfig
+from training.melee.world_model import run as train
 from training.melee.world_model_play import PlayConfig
 from training.melee.world_model_play import run as play
-from training.world_model import WorldModelTrainConfig
-from training.world_model import run as train
 
 NUM_GAMES = 3
 """Synthetic games parsed: one held out for validation (``validation_share`` rounds up to one game), two to train."""

@@ -230,7 +230,7 @@ def from_state(state: dict, where: str, kind: str | None = None) -> Checkpoint:
             fix = "upgrade replayforge to read it (`git pull && make setup`)"
         else:
             fix = ("it does not record its architecture or the data it was trained on; train it again with this "
-                   "code (training/offline_rl.py or training/world_model.py)")
+                   "code (training/pokemon/offline_rl.py or training/melee/world_model.py)")
         raise CheckpointError(f"{where} has checkpoint format {found}, this code reads {CHECKPOINT_FORMAT}: {fix}")
     if kind is not None and state["kind"] != kind:
         raise CheckpointError(f"{where} holds a {state['kind']} model, not a {kind}")

@@ -5,16 +5,16 @@ ASHA stopping the runs that fall behind, and a power-law fit of validation loss 
     python tune/scaling.py --shards OUT/melee_frames/<v> --out runs/scaling-wm
     python tune/scaling.py --tiny --shards OUT/melee_frames/<v> --out runs/scaling-tiny           # tests, demo
 
-The shards say which trainer a sweep runs (``TARGETS``, by the manifest's dataset): ``pokemon_turns`` trains the
-policy (``training/offline_rl.py``, validation loss: the actor's cross-entropy on held-out battles), ``melee_frames``
-the world model (``training/world_model.py``, its total validation loss on held-out games). Each trial is one run of
-that trainer (the shared ``training/fit.fit`` on Ray Train, reporting its validation with every checkpoint) of one
+The shards say which trainer a sweep runs (``TARGETS``, by the manifest's dataset): ``pokemon_turns`` trains the policy
+(``training/pokemon/offline_rl.py``, validation loss: the actor's cross-entropy on held-out battles), ``melee_frames``
+the world model (``training/melee/world_model.py``, its total validation loss on held-out games). Each trial is one run
+of that trainer (the shared ``training/fit.fit`` on Ray Train, reporting its validation with every checkpoint) of one
 width (``--sizes``: ``d_model``, the rest of the preset scaled with it by the trainer) and one share of the training
 data (``--train-shares``; the held-out data is the same for every trial); the steps axis is each run's own curve, one
-validation every ``--eval-every`` steps. ASHA (``--grace-steps``, ``--reduction-factor``) stops a trial whose
-validation loss is behind the others' at the same step. Tune keeps every trial's config and reports under
-``OUT/tune`` and each trial's checkpoints under ``OUT/trials/<trial>``, on the run's store (a local path or a
-URI). At the end the driver writes, next to them:
+validation every ``--eval-every`` steps. ASHA (``--grace-steps``, ``--reduction-factor``) stops a trial whose validation
+loss is behind the others' at the same step. Tune keeps every trial's config and reports under ``OUT/tune`` and each
+trial's checkpoints under ``OUT/trials/<trial>``, on the run's store (a local path or a URI). At the end the driver
+writes, next to them:
 
 - ``scaling.csv``: every validation of every trial with its parameters, training data size, data seen and compute;
 - ``scaling.md``: the fitted exponents with 95% intervals;
@@ -37,9 +37,9 @@ from shards_schema import storage
 from shards_schema.reader import open_version
 from training.fit import fit
 from training.loop import init_local_ray
-from training.offline_rl import PolicyRecipe, TrainConfig
+from training.melee.world_model import WorldModelRecipe, WorldModelTrainConfig
+from training.pokemon.offline_rl import PolicyRecipe, TrainConfig
 from training.registry import model_kind
-from training.world_model import WorldModelRecipe, WorldModelTrainConfig
 from tune import sweeps
 from tune.scaling_fit import fit_power_law, frontier
 

@@ -23,7 +23,8 @@ class PokemonParser(Parser):
     versions = CODE_VERSIONS
     next_steps = (
         ("look at it", "REPLAYFORGE_VERSION={uri} make notebook"),
-        ("train a policy", "{python} training/offline_rl.py --shards {uri} --out runs/bc --preset tiny --steps 200"),
+        ("train a policy", "{python} training/pokemon/offline_rl.py --shards {uri} --out runs/bc --preset tiny "
+                           "--steps 200"),
         ("battle it", "{python} training/pokemon/evaluate.py --checkpoint runs/bc --battles 20 --port 8123"),
     )
 

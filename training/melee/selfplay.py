@@ -36,10 +36,10 @@ from shards_schema.reader import open_version
 from training.checkpoints import shard_identity
 from training.melee.env import FrameOutcome, MeleeWorldEnv
 from training.melee.rollout_rules import CLASSES, Frame
+from training.melee.world_model import load_model
 from training.melee.world_model_rollout import RandomPolicy, game_row, replay_controllers
 from training.ppo import Rollout, concat_rollouts
 from training.selfplay_base import ACTOR_SCHEDULING, Episode, SelfPlayCoreConfig
-from training.world_model import load_model
 
 A, B, X, Z, L, R = 0x100, 0x200, 0x400, 0x10, 0x40, 0x20
 CONTROLLER_ACTIONS: tuple[tuple[str, tuple[int, ...], float, float, float, float, float], ...] = (

@@ -38,9 +38,8 @@ class PlayConfig:
     """Configuration of a world-model rollout against a real game.
 
     Attributes:
-        checkpoint: a world-model checkpoint from training/world_model.py (its folder or state.pt; a local path or a
-            URI), or ``untrained``
-            for a freshly initialized model of --preset (tests, demo).
+        checkpoint: a world-model checkpoint from training/melee/world_model.py (its folder or state.pt; a local path
+            or a URI), or ``untrained`` for a freshly initialized model of --preset (tests, demo).
         shards: the melee_frames shard version holding the seed game.
         out: output root; the rollout is published under OUT/<dataset>/<version>/.
         game_id: the seed game's id, or ``first`` (the first game of the version's index).
@@ -94,7 +93,7 @@ def load_play_model(cfg: PlayConfig) -> tuple[WorldModel, str]:
     from models.world_model import WorldModelConfig
     from shards_schema.reader import sha256_file
     from training.checkpoints import state_file
-    from training.world_model import load_model
+    from training.melee.world_model import load_model
 
     if cfg.checkpoint == "untrained":
         torch.manual_seed(cfg.seed)

@@ -80,7 +80,7 @@ class EvalConfig:
 
     Attributes:
         checkpoint: the policy's ``state.pt`` (a local path or a URI: ``s3://bucket/runs/bc/ray/.../state.pt``): an
-            offline-RL (training/offline_rl.py) or a Pokémon self-play (training/selfplay.py) checkpoint.
+            offline-RL (training/pokemon/offline_rl.py) or a Pokémon self-play (training/selfplay.py) checkpoint.
         port: port of the local Showdown server (bound to 127.0.0.1).
         checkpoint2: a second policy to play against instead of the built-in opponents.
         battles: battles per opponent and format.

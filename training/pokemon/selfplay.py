@@ -146,7 +146,7 @@ class PokemonSelfPlayConfig(SelfPlayCoreConfig):
     """A self-play run in real Pokémon battles.
 
     Attributes:
-        policy_init: the offline-RL checkpoint (training/offline_rl.py) whose turn features the policy
+        policy_init: the offline-RL checkpoint (training/pokemon/offline_rl.py) whose turn features the policy
             reads (frozen) and whose actor head it starts from; empty: from scratch, on an untrained encoder.
         encoder_preset: from scratch: size of the untrained, frozen turn encoder (models/pokemon_policy.py).
         encoder_context: from scratch: turns the encoder reads per decision (the LSTM carries the rest).

@@ -1,7 +1,7 @@
 """Train the Pokémon policy offline on a ``pokemon_turns`` shard version with Ray Train.
 
-    python training/offline_rl.py --shards OUT/pokemon_turns/<version> --out runs/bc --preset small
-    python training/offline_rl.py --tiny --shards ... --out ... --objective filtered_bc
+    python training/pokemon/offline_rl.py --shards OUT/pokemon_turns/<version> --out runs/bc --preset small
+    python training/pokemon/offline_rl.py --tiny --shards ... --out ... --objective filtered_bc
 
 Objectives: ``bc`` (behaviour cloning), ``filtered_bc`` (imitate actions whose advantage under the multi-gamma
 critic is positive) and ``exp_adv`` (advantage-weighted, exp(A/β) clipped); the critics learn one-step TD targets

@@ -1,9 +1,9 @@
 """Train the Melee world model on a ``melee_frames`` shard version with Ray Train.
 
-    python training/world_model.py --shards OUT/melee_frames/<version> --out runs/wm --preset base
-    python training/world_model.py --tiny --shards ... --out ... --backbone mlp      # the MLP baseline
+    python training/melee/world_model.py --shards OUT/melee_frames/<version> --out runs/wm --preset base
+    python training/melee/world_model.py --tiny --shards ... --out ... --backbone mlp      # the MLP baseline
 
-Windows of K+1 frames come through the games index (``training/melee_windows.py``) in a seeded order; a seeded
+Windows of K+1 frames come through the games index (``training/melee/windows.py``) in a seeded order; a seeded
 share of steps uses scheduled sampling (inputs after the first frame are the model's own predictions of them, so it
 learns to live with its errors in rollout). Validation on held-out games reports next-frame action accuracy, accuracy
 where the action changes, per-category accuracy and position MAE, each beside the copy-last-frame baseline's.
@@ -26,10 +26,10 @@ from shards_schema.reader import open_version
 from training.checkpoints import live_identity, read_checkpoint
 from training.fit import Recipe, TrainerConfig, fit
 from training.fit import main as fit_main
-from training.melee_windows import LoadFrameWindows, split_games, window_specs
+from training.melee.windows import LoadFrameWindows, split_games, window_specs
+from training.melee.world_model_losses import MetricSums, copy_last_prediction, losses, split_window
 from training.registry import MELEE_FEATURES
 from training.windows import first_windows
-from training.world_model_losses import MetricSums, copy_last_prediction, losses, split_window
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,7 +101,7 @@ def scheduled_inputs(model, current, ctrl, stage):
 
 
 def train_step(model, batch: dict, sampled: bool):
-    """Losses of one batch (the math lives in training/world_model_losses.py)."""
+    """Losses of one batch (the math lives in training/melee/world_model_losses.py)."""
     current, ctrl, stage, targets = split_window(batch)
     inputs = scheduled_inputs(model, current, ctrl, stage) if sampled else current
     pred, _ = model(inputs, ctrl, stage)
