@@ -15,11 +15,8 @@ in; an OU format's evaluation teams are exported from the generator (``training/
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main() -> None:

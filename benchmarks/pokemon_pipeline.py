@@ -17,23 +17,20 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import lz4.frame
+import numpy as np
 
-import lz4.frame  # noqa: E402
-import numpy as np  # noqa: E402
-
-from pipelines.parse_replays import ParseConfig, run  # noqa: E402
-from pipelines.pokemon import generated, metamon  # noqa: E402
-from pipelines.pokemon.dex import known_formats, load_dex  # noqa: E402
-from pipelines.pokemon.generated import GeneratedConfig  # noqa: E402
-from pipelines.pokemon.observation import observe  # noqa: E402
-from pipelines.pokemon.trajectory import turns_table  # noqa: E402
-from shards_schema.reader import open_version  # noqa: E402
+from pipelines.parse_replays import ParseConfig, run
+from pipelines.pokemon import generated, metamon
+from pipelines.pokemon.dex import known_formats, load_dex
+from pipelines.pokemon.generated import GeneratedConfig
+from pipelines.pokemon.observation import observe
+from pipelines.pokemon.trajectory import turns_table
+from shards_schema.reader import open_version
 
 BATCH_COLUMNS = ["obs_tokens", "obs_numeric", "action", "legal_mask", "reward", "done"]
 

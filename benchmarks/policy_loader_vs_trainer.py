@@ -17,12 +17,9 @@ import argparse
 import dataclasses
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 CPUS = 2
 

@@ -18,13 +18,9 @@ import dataclasses
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 
 CPUS = 2
 

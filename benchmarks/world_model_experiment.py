@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import argparse
 import csv
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 METRICS = ("val_loss_total", "val_action_acc", "val_action_change_acc", "val_position_mae")
 

@@ -29,21 +29,16 @@ import time
 import traceback
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:  # runs as a plain script and under `ray job submit --working-dir .`
-    sys.path.insert(0, str(REPO_ROOT))
+import pyarrow as pa
 
-import pyarrow as pa  # noqa: E402
-
-from pipelines import registry, stages  # noqa: E402
-from pipelines.cli import chosen_section, command_config, nest  # noqa: E402
-from pipelines.console import Ticker, eta_s, progress_line  # noqa: E402
-from pipelines.errors import InputError, ReadError  # noqa: E402
-from pipelines.ray_start import start_ray  # noqa: E402
-from pipelines.stages import InputRecord, ParsedBatch  # noqa: E402
-from pipelines.writer import (  # noqa: E402
+from pipelines import registry, stages
+from pipelines.cli import chosen_section, command_config, nest
+from pipelines.console import Ticker, eta_s, progress_line
+from pipelines.errors import InputError, ReadError
+from pipelines.ray_start import start_ray
+from pipelines.stages import InputRecord, ParsedBatch
+from pipelines.writer import (
     BYTES_PER_MIB,
     GroupResult,
     GroupWriter,
@@ -53,8 +48,8 @@ from pipelines.writer import (  # noqa: E402
     check_name,
     drop_rows,
 )
-from shards_schema import storage  # noqa: E402
-from shards_schema.storage import RetryPolicy, StorageError  # noqa: E402
+from shards_schema import storage
+from shards_schema.storage import RetryPolicy, StorageError
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,34 +22,29 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-# after the path set-up above; ray itself is imported in the functions that run after training/loop.init_local_ray
+# ray itself is imported in the functions that run after training/loop.init_local_ray
 # (pipelines/ray_start.py: Ray reads its auth mode once, when imported)
-from models.ppo_policy import RecurrentPolicy  # noqa: E402
-from pipelines.cli import command_config  # noqa: E402
-from shards_schema import storage  # noqa: E402
-from training.checkpoints import DataIdentity, payload, read_checkpoint, set_rng_state  # noqa: E402
-from training.fit import Learner, launch, report_checkpoint, resume_path, worker_checkpoint  # noqa: E402
-from training.league import LEARNER, OPPONENT_KINDS, League  # noqa: E402
-from training.loop import (  # noqa: E402
+from models.ppo_policy import RecurrentPolicy
+from pipelines.cli import command_config
+from shards_schema import storage
+from training.checkpoints import DataIdentity, payload, read_checkpoint, set_rng_state
+from training.fit import Learner, launch, report_checkpoint, resume_path, worker_checkpoint
+from training.league import LEARNER, OPPONENT_KINDS, League
+from training.loop import (
     MetricsWriter,
     checkpoint_uri,
     init_local_ray,
     latest_checkpoint,
     start_worker,
 )
-from training.ppo import update  # noqa: E402
-from training.selfplay_base import ACTOR_SCHEDULING  # noqa: E402
-from training.selfplay_envs import SelfPlayConfig  # noqa: E402
+from training.ppo import update
+from training.selfplay_base import ACTOR_SCHEDULING
+from training.selfplay_envs import SelfPlayConfig
 
 
 class LeagueActor:

@@ -38,15 +38,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from tune import sweeps  # noqa: E402
+from tune import sweeps
 
 METRIC = "scripted_return"
 """What the scheduler reads (higher is better): the mean return against the scripted opponents over the window."""

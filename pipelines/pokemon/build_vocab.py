@@ -9,12 +9,8 @@ numbers; the first three lines are ``<pad>``, ``<unk>``, ``<blank>``.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from pipelines.pokemon.observation import BLANK, PAD, UNK, VOCAB_DIR  # noqa: E402
+from pipelines.pokemon.observation import BLANK, PAD, UNK, VOCAB_DIR
 
 SENTINELS = (
     "nomove noitem unknownitem noability unknownability nostatus noeffect notype unknowntype unknownmove "

@@ -172,9 +172,6 @@ def export_main() -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
-    sys.path.insert(0, str(REPO_ROOT))
     export_main()
 
 

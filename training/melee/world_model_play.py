@@ -16,10 +16,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-import torch  # noqa: E402
+import torch
 
-from models.world_model import WorldModel  # noqa: E402
-from training.melee.world_model_rollout import (  # noqa: E402
+from models.world_model import WorldModel
+from training.melee.world_model_rollout import (
     RandomPolicy,
     drift_table,
     format_drift,
