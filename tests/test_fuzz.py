@@ -5,15 +5,20 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import tarfile
+import zipfile
 
 import lz4.frame
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
-from conftest import needs_simulator, shared_data
+from conftest import damaged_copies, needs_simulator, shared_data
 
 from pipelines.errors import InputError
 from pipelines.parse_replays import ParseConfig, ParseInputs, run
 from pipelines.pokemon import generated, metamon
 from pipelines.pokemon.dex import known_formats, load_dex
+from pipelines.pokemon.replays import plan_row_groups, read_row_group
 from pipelines.stages import read_row
 
 DEXES = {g: load_dex(g) for g in range(1, 10)}
@@ -54,6 +59,35 @@ def test_metamon_fuzz():
     for mutated in _mutations(text, rng, 150):  # valid lz4 around damaged JSON
         outcomes.append(_outcome(metamon.parse, sample.name, lz4.frame.compress(mutated), None, known_formats()))
     assert "corrupt_lz4" in outcomes and "invalid_json" in outcomes
+
+
+@pytest.mark.parametrize("kind", ["tar.gz", "zip"])
+def test_fuzzed_metamon_archives_are_read_and_parsed_without_a_crash(tmp_path, kind):
+    """Damaged archives through the Metamon source's read and its parse stage: each member is one row (bytes, a
+    read error or a filter reason), and every row ends written, filtered or quarantined, never a parser bug."""
+    files = sorted(shared_data("pokemon", "metamon_parsed").glob("*.json.lz4"))
+    clean = tmp_path / f"clean.{kind}"
+    if kind == "zip":
+        with zipfile.ZipFile(clean, "w", zipfile.ZIP_DEFLATED) as out:
+            for f in files:
+                out.write(f, arcname=f"gen1ou/{f.name}")
+    else:
+        with tarfile.open(clean, "w:gz") as out:
+            for f in files:
+                out.add(f, arcname=f"gen1ou/{f.name}")
+    source = ParseConfig(source="metamon", input=str(tmp_path), out="unused").make_source()
+    parse = ParseInputs(source)
+    outcomes = set()
+    for trial, damaged in enumerate(damaged_copies(clean.read_bytes(), kind, 12, max_changes=8)):
+        path = tmp_path / f"fuzz{trial}.{kind}"
+        path.write_bytes(damaged)
+        rows = source.read({"uri": str(path), "root": str(tmp_path)})
+        assert rows and all(r["input_id"].startswith(f"{path.name}::") for r in rows)
+        assert all((r["payload"] is None) != (r["read_error"] is None and r["filter_reason"] is None) for r in rows)
+        records = parse.parse_batch(pa.Table.from_pylist(rows)).records
+        assert len(records) == len(rows) and "parser_bug" not in {r.reason for r in records}
+        outcomes |= {r.status for r in records}
+    assert {"written", "quarantined"} <= outcomes
 
 
 def _garble(line: str, rng: random.Random) -> str:
@@ -105,8 +139,6 @@ def test_fuzzed_inputs_through_the_job_reconcile(ray_local, tmp_path):
 
 def test_unexpected_exceptions_are_recorded_not_fatal(monkeypatch):
     """A parser bug on one input becomes a loud quarantine record, never a crashed job."""
-    import pyarrow as pa
-
     actor = ParseInputs(ParseConfig(source="metamon", input="unused", out="unused").make_source())
 
     def broken(*_):
@@ -122,11 +154,6 @@ def test_unexpected_exceptions_are_recorded_not_fatal(monkeypatch):
 def test_fuzzed_parquet_tables_never_crash_the_read_stage(tmp_path, compression):
     """Mutated replay tables: every planned read task returns inputs (rows or named read errors), never an
     exception; a file that fails to plan is one input under its own name."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from pipelines.pokemon.replays import plan_row_groups, read_row_group
-
     n = 6
     table = pa.table({"id": [f"b{i}" for i in range(n)], "format": ["[Gen 1] OU"] * n,
                       "players": [["p", "q"]] * n, "log": [f"|j|p{i}\n|turn|1\n" * 20 for i in range(n)],

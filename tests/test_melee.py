@@ -9,13 +9,19 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+import peppi_py
+import py7zr
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from conftest import SHARED_DATA, shared_data
 
-from pipelines.melee.slp import SlpError, SlpFilters, UnsupportedSlpError, parse_slp
+from pipelines.melee import archives
+from pipelines.melee.slp import ATTACHED_TYPES, HELD_STATES, SlpError, SlpFilters, UnsupportedSlpError, parse_slp
 from pipelines.melee.synthetic import FOX_LASER, SHYGUY, SyntheticGame, lasers, position, write_slp
+from pipelines.parse_replays import ParseConfig, run
 from shards_schema.melee import SLOT_NAMES
+from shards_schema.reader import open_version
 
 ALL = SlpFilters(min_frames=0, allow_cpu=True)
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "melee_enums"
@@ -50,8 +56,6 @@ def _parse_shared(name: str):
 
 @pytest.mark.parametrize("entry", _summary(), ids=lambda e: e["file"])
 def test_golden_shared_replays(entry):
-    import peppi_py
-
     table, game = _parse_shared(entry["file"])
     frames = dict(part.split("=") for part in entry["frames"].split())
     assert game["num_frames"] == int(frames["unique_frames"]) == table.num_rows
@@ -85,8 +89,6 @@ def test_golden_shared_replays(entry):
     assert (pc.struct_field(leader, "hitlag").null_count == table.num_rows) == (version < (3, 8))
     assert (pc.struct_field(leader, "vel_self_y").null_count == table.num_rows) == (version < (3, 5))
     assert (pc.struct_field(leader, "airborne").null_count == table.num_rows) == (version < (2, 0))
-    import pyarrow.parquet as pq
-
     pq.write_table(table, io.BytesIO())  # every value fits the declared schema, nulls included
 
 
@@ -124,8 +126,6 @@ def test_fox_lasers_reach_the_opponent_features():
 def test_items_in_hand_are_not_projectiles():
     """A blaster, Sheik's held needle, her smoke, a turnip in hand (all at the owner's position) are not
     projectiles; the same turnip thrown is. Types and states from the game's item tables (see slp.py)."""
-    from pipelines.melee.slp import ATTACHED_TYPES, HELD_STATES
-
     held = ((74, 1), (80, 0), (85, 0), (99, 0), (99, 4), (94, 0))  # blaster, needle, smoke, turnip x2, charge shot
     thrown = ((99, 2), (94, 3))  # a turnip thrown, a charge shot fired
     assert all(t in ATTACHED_TYPES or s in HELD_STATES.get(t, ()) for t, s in held)
@@ -212,9 +212,6 @@ def test_complete_replay_peppi_rejects_has_its_own_reason():
 
 
 def test_slp_job_on_archives(ray_local, tmp_path):
-    from pipelines.parse_replays import ParseConfig, run
-    from shards_schema.reader import open_version
-
     root = tmp_path / "in"
     root.mkdir()
     games = [write_slp(SyntheticGame(num_frames=300 + 10 * i, seed=i, rollback_frames=(3,))) for i in range(9)]
@@ -236,8 +233,6 @@ def test_slp_job_on_archives(ray_local, tmp_path):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
-    import py7zr
-
     with py7zr.SevenZipFile(root / "d.7z", "w") as archive:
         archive.writestr(games[4], "four.slp")
     (root / "cut.slp").write_bytes(games[5][:2000])
@@ -265,10 +260,6 @@ def test_slp_job_on_archives(ray_local, tmp_path):
 
 def test_hub_download_pins_and_filters(monkeypatch, tmp_path):
     """The hub call is the network's; what we own: the revision resolved to a commit, only matching archives."""
-    import huggingface_hub
-
-    from pipelines.melee import archives
-
     class FakeApi:
         def dataset_info(self, repo, revision):
             return type("Info", (), {"sha": "abc123"})()
@@ -277,9 +268,8 @@ def test_hub_download_pins_and_filters(monkeypatch, tmp_path):
             return ["README.md", "FOX.tar.gz", "MARTH.tar.gz", "misc/one.slp"]
 
     fetched = []
-    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda **kw: fetched.append((kw["filename"],
-                                                                                          kw["revision"])))
+    monkeypatch.setattr(archives, "HfApi", FakeApi)
+    monkeypatch.setattr(archives, "hf_hub_download", lambda **kw: fetched.append((kw["filename"], kw["revision"])))
     assert archives.download("erickfm/melee-ranked-replays", tmp_path, "v2", ["*FOX*"]) == \
         "erickfm/melee-ranked-replays@abc123"
     assert fetched == [("FOX.tar.gz", "abc123")]

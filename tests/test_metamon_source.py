@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import gzip
+import io
+import json
+import tarfile
+import zipfile
+
 import lz4.frame
 import pyarrow.compute as pc
 import pytest
 from conftest import shared_data
 
 from pipelines.errors import CorruptCompressionError, InvalidJsonError, InvalidRecordError
-from pipelines.pokemon import metamon
+from pipelines.parse_replays import ParseConfig
+from pipelines.pokemon import dex, metamon
 from pipelines.pokemon.trajectory import turns_table
 from shards_schema.pokemon import TURNS_SCHEMA
 
@@ -18,9 +25,7 @@ GEN9_LOSS = "smogtours-gen9ou-733546_Unrated_amaterus_vs_jealousy jealousy_12-03
 
 @pytest.fixture(scope="module")
 def known_formats():
-    from pipelines.pokemon.dex import known_formats as known
-
-    return known()
+    return dex.known_formats()
 
 
 def _parse(name, known_formats, formats=None):
@@ -87,10 +92,8 @@ def test_universal_state_round_trip(known_formats):
 
 def test_download_asks_only_for_requested_formats_at_the_pinned_revision(monkeypatch, tmp_path):
     """The hub call itself needs the network; what we own is which files at which revision we ask for."""
-    import huggingface_hub
-
     calls = []
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(metamon, "hf_hub_download", lambda **kw: calls.append(kw))
     metamon.download(["gen1ou", "gen9ou"], tmp_path, revision="v1")
     assert [(c["repo_id"], c["repo_type"], c["filename"], c["revision"]) for c in calls] == [
         (metamon.HUB_REPO, "dataset", "gen1ou.tar.gz", "v1"), (metamon.HUB_REPO, "dataset", "gen9ou.tar.gz", "v1")]
@@ -110,8 +113,6 @@ def _upper_moves(state: dict) -> None:
 
 def test_upper_case_move_types_and_categories_read_as_lower_case(known_formats):
     """Older Metamon files write ``GROUND``/``STATUS`` (poke-env enum names): the same rows, no unknown words."""
-    import json
-
     payload = shared_data("pokemon", "metamon_parsed", GEN9_LOSS).read_bytes()
     data = json.loads(lz4.frame.decompress(payload))
     for state in data["states"]:
@@ -157,3 +158,45 @@ def test_tie_fact_makes_a_tie_and_a_loss_stays_a_loss(known_formats):
     with pytest.raises(InvalidRecordError, match="won"):
         metamon.parse(GEN1_WIN, shared_data("pokemon", "metamon_parsed", GEN1_WIN).read_bytes(), None,
                       known_formats, {"result": "tie"})
+
+
+@pytest.mark.parametrize("kind", ["tar.gz", "zip"])
+def test_an_archive_with_a_damaged_member_keeps_the_others(tmp_path, kind):
+    """Archives are read by the shared reader (``pipelines/archives.py``): a member whose tar header fails its
+    checksum, or whose zip CRC does not match, is one row with a read error under its own id; the members after it
+    are read. An archive in a sub-folder of --input carries the sub-folder in its ids."""
+    files = {f"gen1ou/{p.name}": p.read_bytes()
+             for p in sorted(shared_data("pokemon", "metamon_parsed").glob("*.json.lz4"))}
+    names = list(files)
+    damaged = names[1]
+    (tmp_path / "hub").mkdir()
+    archive = tmp_path / "hub" / f"gen1ou.{kind}"
+    if kind == "zip":
+        with zipfile.ZipFile(archive, "w") as out:
+            for name, data in files.items():
+                out.writestr(name, data)
+        raw = bytearray(archive.read_bytes())
+        raw[raw.find(files[damaged][:64]) + 1000] ^= 0xFF  # stored: a bad CRC-32
+        archive.write_bytes(bytes(raw))
+    else:
+        plain, offsets = io.BytesIO(), {}
+        with tarfile.open(fileobj=plain, mode="w", format=tarfile.USTAR_FORMAT) as out:
+            for name, data in files.items():
+                offsets[name] = out.offset
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                out.addfile(info, io.BytesIO(data))
+        raw = bytearray(plain.getvalue())
+        raw[offsets[damaged] + 148] ^= 0x07  # the header checksum field
+        archive.write_bytes(gzip.compress(bytes(raw)))
+    source = ParseConfig(source="metamon", input=str(tmp_path), out="unused").make_source()
+    rows = {r["input_id"]: r for r in source.read({"uri": str(archive), "root": str(tmp_path)})}
+    assert sorted(rows) == [f"hub/gen1ou.{kind}::{n}" for n in names]
+    for name, data in files.items():
+        row = rows[f"hub/gen1ou.{kind}::{name}"]
+        if name == damaged:
+            assert row["payload"] is None and row["read_error"], row
+        else:
+            assert (row["payload"], row["read_error"], row["filter_reason"]) == (data, None, None)
+    expected = "BadZipFile: Bad CRC-32" if kind == "zip" else "the tar header at byte "
+    assert rows[f"hub/gen1ou.{kind}::{damaged}"]["read_error"].startswith(expected)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import socket
 import tarfile
 import zipfile
 from pathlib import Path
@@ -174,8 +175,6 @@ def test_hub_uris_are_split_into_repo_revision_and_path():
 
 def test_a_hub_revision_is_pinned_to_its_commit():
     """Needs the hub: skipped where it cannot be reached (this machine has no network)."""
-    import socket
-
     try:
         socket.create_connection(("huggingface.co", 443), timeout=3).close()
     except OSError as err:

@@ -1,12 +1,14 @@
 """Melee replays (``--source slp``): ``.slp`` files and their archives under ``--input`` (a folder, file or URI),
 a Hugging Face dataset mirrored into the local ``--input`` with ``--download``, or synthetic games when
-``--input`` is empty (the no-download default). Reading archives is ``pipelines/melee/archives.py``'s job, parsing
-``pipelines/melee/slp.py``'s; this module wires both into the job's stages."""
+``--input`` is empty (the no-download default). Reading files and archives is ``pipelines/archives.py``'s job (for
+the suffixes ``pipelines/melee/archives.py`` names, which also downloads and makes the synthetic games), parsing
+``pipelines/melee/slp.py``'s; this module wires them into the job's stages."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pipelines.archives import iter_path
 from pipelines.inputs import file_items, list_sized, resolve_input
 from pipelines.melee import archives
 from pipelines.melee.slp import FRAME_PARQUET_OPTIONS, SlpFilters, parse_slp
@@ -58,7 +60,7 @@ class SlpParser(Parser):
     parquet_options = FRAME_PARQUET_OPTIONS
     next_steps = (
         ("look at it", "REPLAYFORGE_VERSION={uri} make notebook"),
-        ("train a world model", "{python} training/world_model.py --shards {uri} --out runs/wm --preset tiny "
+        ("train a world model", "{python} training/melee/world_model.py --shards {uri} --out runs/wm --preset tiny "
                                 "--steps 200"),
         ("play it", "{python} training/melee/world_model_play.py --checkpoint runs/wm --shards {uri} --out runs/play "
                     "--preset tiny"),
@@ -103,7 +105,7 @@ class SlpSource(Source):
             game = archives.synthetic_game(item["synthetic"], item["seed"])
             return [read_row(f"synthetic-{item['synthetic']:06d}.slp", game)]
         return [read_row(m.input_id, m.data, read_error=m.read_error, filter_reason=m.filter_reason)
-                for m in archives.iter_path(item["uri"], item["root"])]
+                for m in iter_path(item["uri"], item["root"], archives.REPLAY)]
 
     def output_config(self) -> dict:
         out = {"min_frames": self.options.min_frames, "allow_cpu": self.options.allow_cpu}

@@ -1,9 +1,14 @@
-"""Metamon's parsed replays: one ``.json.lz4`` per player per battle, loose or in per-format ``.tar.gz`` archives.
+"""Metamon's parsed replays: one ``.json.lz4`` per player per battle, loose or in archives (the hub has one
+``.tar.gz`` per format).
 
 Files are named ``{battle_id}_{rating|Unrated}_{player}_vs_{opponent}_{MM-DD-YYYY}_{WIN|LOSS}.json.lz4`` (names may
-hold spaces) and hold ``{"states": [UniversalState...], "actions": [int...]}``. Archives are read member by member,
-never unpacked to disk. The hub dataset is ``jakegrigsby/metamon-parsed-replays``, one ``<format>.tar.gz`` per format,
-downloaded at a pinned revision with huggingface_hub (which resumes partial downloads).
+hold spaces) and hold ``{"states": [UniversalState...], "actions": [int...]}``. Archives (``.tar.gz``, ``.tgz``,
+``.tar``, ``.zip``, ``.7z``) are read member by member by ``pipelines/archives.py``, never unpacked to disk, with
+its damage handling: a damaged member is quarantined under its own id and the members after it are still read as
+far as the format allows. A member's id is ``<archive's path below --input>::<member name>`` (an archive in a
+sub-folder of ``--input`` carries the sub-folder, as a loose file's id does). The hub dataset is
+``jakegrigsby/metamon-parsed-replays``, one ``<format>.tar.gz`` per format, downloaded at a pinned revision with
+huggingface_hub (which resumes partial downloads).
 
 Results. Metamon's parser writes a tie as a loss for both players: ``WIN`` in the name and ``battle_won`` in the last
 state only for the winner's file, ``LOSS`` and ``battle_lost`` otherwise (``POVReplay.winner`` is "this side won",
@@ -24,13 +29,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import tarfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import lz4.frame
+from huggingface_hub import hf_hub_download
 
+from pipelines.archives import is_archive, iter_path
 from pipelines.errors import (
     CorruptCompressionError,
     IllegalActionError,
@@ -38,7 +43,7 @@ from pipelines.errors import (
     InvalidRecordError,
     UnknownFormatError,
 )
-from pipelines.inputs import NOT_A_REPLAY, file_items, has_suffix, input_id, list_files, list_sized, resolve_input
+from pipelines.inputs import file_items, list_sized, resolve_input
 from pipelines.pokemon.dex import TYPELESS, to_id
 from pipelines.pokemon.parser import PokemonParser
 from pipelines.pokemon.trajectory import TrajectoryMeta, build_rows, derived_mask
@@ -53,7 +58,9 @@ _NAME = re.compile(
     r"^(?P<battle>[^_]+)_(?P<rating>\d+|Unrated)_(?P<players>.+)_(?P<date>\d{2}-\d{2}-\d{4})_(?P<result>WIN|LOSS)"
     r"(?i:\.json\.lz4)$"
 )
-_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+REPLAY = (".json.lz4",)
+"""The suffix of a Metamon trajectory file (any case: ``.JSON.LZ4`` too); other files and archive members are
+filtered ``not_a_replay``."""
 
 
 @dataclass(frozen=True)
@@ -105,45 +112,8 @@ def tie_names(names: list[str]) -> set[str]:
     return out
 
 
-def list_inputs(root: str) -> list[str]:
-    """Every file under ``root`` (a local path or URI; or ``root`` itself), sorted: ``.json.lz4`` files and
-    archives are read, anything else is counted as filtered ``not_a_replay``."""
-    return list_files(root, None)
-
-
-def is_archive(path: str) -> bool:
-    return has_suffix(path, _ARCHIVE_SUFFIXES)
-
-
-def is_replay(path: str) -> bool:
-    """A Metamon trajectory file by its name, in any case (``.JSON.LZ4`` too)."""
-    return has_suffix(path, (".json.lz4",))
-
-
-def iter_archive(uri: str) -> Iterator[tuple[str, bytes | None, str | None, str | None]]:
-    """(member id, bytes or None, read error, filter reason) for each file member, streaming the archive once
-    (from any storage: a tar is read front to back); a member that is not a ``.json.lz4`` file is filtered
-    ``not_a_replay``."""
-    archive = storage.name(uri)
-    try:
-        with storage.open_stream(uri) as stream, tarfile.open(fileobj=stream, mode="r|*") as tar:
-            for member in tar:
-                if not member.isfile():
-                    continue
-                member_id = f"{archive}::{member.name}"
-                if not is_replay(member.name):
-                    yield member_id, None, None, NOT_A_REPLAY
-                    continue
-                handle = tar.extractfile(member)
-                yield member_id, handle.read() if handle else None, None, None
-    except (tarfile.TarError, EOFError, OSError) as err:  # a cut archive: keep what was read, record the rest
-        yield f"{archive}::<rest of archive>", None, f"{type(err).__name__}: {err}", None
-
-
 def download(formats: list[str], out_dir: Path, revision: str = HUB_REVISION) -> Path:
     """Fetch only the asked formats' archives from the hub; resumable, and a no-op once present."""
-    from huggingface_hub import hf_hub_download
-
     out_dir.mkdir(parents=True, exist_ok=True)
     for fmt in formats:
         hf_hub_download(repo_id=HUB_REPO, repo_type="dataset", filename=f"{fmt}.tar.gz", revision=revision,
@@ -367,13 +337,11 @@ class MetamonSource(Source):
         """One archive (all its members) or one loose file. A tie is seen only with both players' files, so it
         is decided here for an archive's members and by the driver for loose files (``item["facts"]``). A file
         or member that is not a Metamon file is a row filtered ``not_a_replay``."""
-        uri = item["uri"]
-        if is_archive(uri):
-            members = list(iter_archive(uri))
-            ties = tie_names([mid for mid, _, err, skip in members if err is None and skip is None])
-            return [read_row(mid, data, read_error=err, filter_reason=skip,
-                             facts={"result": "tie"} if mid in ties else None) for mid, data, err, skip in members]
-        rel = input_id(uri, item["root"])
-        if not is_replay(uri):
-            return [read_row(rel, filter_reason=NOT_A_REPLAY)]
-        return [read_row(rel, storage.read_bytes(uri), facts=item.get("facts"))]
+        members = list(iter_path(item["uri"], item["root"], REPLAY))
+        if is_archive(item["uri"]):
+            ties = tie_names([m.input_id for m in members if m.read_error is None and m.filter_reason is None])
+            facts = [{"result": "tie"} if m.input_id in ties else None for m in members]
+        else:
+            facts = [item.get("facts")] * len(members)
+        return [read_row(m.input_id, m.data, read_error=m.read_error, filter_reason=m.filter_reason, facts=f)
+                for m, f in zip(members, facts, strict=True)]
