@@ -21,6 +21,41 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
+
+from pipelines.cli import command_config
+from pipelines.console import Ticker, metrics_line
+from shards_schema import storage
+from shards_schema.reader import open_version
+from training.checkpoints import (
+    CheckpointError,
+    DataIdentity,
+    config_from_dict,
+    from_state,
+    load_state,
+    payload,
+    read_checkpoint,
+    rng_state,
+    set_rng_state,
+    shard_identity,
+)
+from training.loop import (
+    MetricsWriter,
+    check_workers_reach,
+    checkpoint_uri,
+    init_local_ray,
+    latest_checkpoint,
+    local_run_folder,
+    run_storage,
+    start_worker,
+)
+from training.registry import model_kind
+from training.windows import stream_dataset, window_batches, window_stream
+
+# ray is imported inside the functions: on the driver only after training/loop.init_local_ray, since Ray reads its
+# single-machine setting once, when first imported (pipelines/ray_start.py)
+
 
 @dataclass(frozen=True, kw_only=True)
 class TrainerConfig:
@@ -161,8 +196,6 @@ class Learner:
 
     def __init__(self, model, *, lr: float, weight_decay: float, grad_clip: float, device, compile: bool = False,
                  prepare=None):
-        import torch
-
         self.device, self.grad_clip = device, grad_clip
         self.cuda = device.type == "cuda"
         if compile:
@@ -180,8 +213,6 @@ class Learner:
     def step(self, loss_fn, batch) -> dict:
         """One optimizer step on ``loss_fn(model, batch) -> (loss, parts)``; the parts (detached, still on the
         device: reading them is the caller's choice, at its log cadence, so no step waits on the device)."""
-        import torch
-
         with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.cuda):
             loss, parts = loss_fn(self.model, batch)
         self.optimizer.zero_grad(set_to_none=True)
@@ -225,10 +256,6 @@ def _scalars(parts: dict) -> dict:
 def report_checkpoint(payload: dict, metrics: dict, rank: int, world: int) -> None:
     """Report metrics with a checkpoint holding ``payload`` plus every worker's RNG state (only rank 0 writes)."""
     import ray.train
-    import torch
-    import torch.distributed as dist
-
-    from training.checkpoints import rng_state
 
     rng = [None] * world
     if world > 1 and dist.is_initialized():
@@ -250,8 +277,6 @@ def worker_checkpoint(config: dict, device, kind: str):
     (the driver checked it against the registry, which a worker may lack)."""
     import ray.train
 
-    from training.checkpoints import from_state, load_state, read_checkpoint
-
     own = ray.train.get_checkpoint()
     if own is not None:
         with own.as_directory() as directory:
@@ -267,12 +292,6 @@ def train_loop_per_worker(config: dict) -> None:
     """Runs on every Ray Train worker: rebuilds the typed config and the recipe, then trains."""
     import ray.train
     import ray.train.torch
-    import torch
-
-    from pipelines.console import Ticker
-    from training.checkpoints import DataIdentity, config_from_dict, payload, set_rng_state
-    from training.loop import MetricsWriter, start_worker
-    from training.windows import window_batches
 
     recipe_class = config["recipe"]
     cfg = recipe_class.config_class(**config["cfg"])
@@ -360,9 +379,6 @@ def _resume_problem(ckpt, cfg, recipe, identity, model_config) -> str | None:
 def resume_path(out: str, resume: bool) -> str | None:
     """The checkpoint ``--resume`` continues from: the latest under ``out`` (FileNotFoundError when there is none);
     None without ``--resume``."""
-    from shards_schema import storage
-    from training.loop import latest_checkpoint
-
     if not resume:
         return None
     latest = latest_checkpoint(out)
@@ -383,8 +399,6 @@ def launch(train_loop, loop_config: dict, cfg, *, tag: str, num_workers: int = 1
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from training.loop import local_run_folder, run_storage
-
     trainer = TorchTrainer(
         train_loop,
         train_loop_config={**loop_config, "run_folder": str(local_run_folder(cfg.out))},
@@ -404,17 +418,9 @@ def fit(cfg, recipe_class: type[Recipe], callbacks: tuple = (), name: str = ""):
     """Train ``recipe_class``'s model on ``cfg`` with Ray Train; Ray Train's ``Result``. ``callbacks``: Ray Train
     callbacks (a sweep's ``TuneReportCallback``); ``name``: the run's name (default: the recipe's tag and the
     time)."""
-    from shards_schema import storage
-    from training.loop import check_workers_reach, init_local_ray
-
     init_local_ray()  # before the first `import ray`: a local instance then binds 127.0.0.1 only
     import ray
     import ray.train
-
-    from shards_schema.reader import open_version
-    from training.checkpoints import CheckpointError, read_checkpoint, shard_identity
-    from training.registry import model_kind
-    from training.windows import stream_dataset, window_stream
 
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     # the window stream's Ray Data bars would print a line per refresh in the worker's log; the run's own progress
@@ -458,11 +464,6 @@ def fit(cfg, recipe_class: type[Recipe], callbacks: tuple = (), name: str = ""):
 def main(config_class: type, recipe_class: type[Recipe], argv: list[str] | None = None):
     """The command line of a trainer: flags from ``config_class``, then ``fit``; prints the final checkpoint's
     folder (a URI on a store), the argument evaluation and play take."""
-    from pipelines.cli import command_config
-    from pipelines.console import metrics_line
-    from shards_schema import storage
-    from training.loop import checkpoint_uri
-
     cfg = command_config(config_class, argv)
     result = fit(cfg, recipe_class)
     if result.metrics:
