@@ -7,7 +7,7 @@ offline-RL policy's turn transformer for Pokémon, a frame MLP for Melee) and th
 attention-pooled to ``num_latents`` latent vectors; the observation features attend to them (cross-attention), then
 an LSTM carries memory across steps, reset wherever an episode starts. Both additions enter as residuals whose last
 projections start at zero, so a policy started from an offline-RL checkpoint acts exactly as that checkpoint at step
-0 (``tests/test_ppo_policy.py`` checks it).
+0 (``tests/models/test_ppo_policy.py`` checks it).
 
 Plain ``nn.Module``s, no I/O; ``step`` runs one time step for rollouts and equals ``forward`` over a sequence.
 """

@@ -321,7 +321,7 @@ assert [name for name, _ in _RECORD_COLUMNS] == [
 def struct_table(structs: pa.StructArray) -> pa.Table:
     """The table of a struct array's fields, honouring a slice: ``pa.Table.from_struct_array`` (pyarrow 21) keeps a
     slice's length but not its offset, so the list element of a batch sliced from a larger block came back with the
-    block's other elements in its columns (tests/test_stages.py)."""
+    block's other elements in its columns (tests/pipelines/test_stages.py)."""
     return pa.Table.from_arrays(structs.flatten(), names=[f.name for f in structs.type])
 
 

@@ -206,8 +206,9 @@ def _column(values: list, arrow_type: pa.DataType, nullable: bool) -> pa.Array:
 
 def to_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
     """Rows (dicts in the declared shape) → an Arrow table of exactly ``schema``; equals
-    ``pa.Table.from_pylist(rows, schema=schema)`` (its readable reference; ``tests/test_shards_schema.py`` compares
-    them), several times faster on rows that share sub-objects."""
+    ``pa.Table.from_pylist(rows, schema=schema)`` (its readable reference;
+    ``tests/shards_schema/test_shards_schema.py`` compares them), several times faster on rows that share
+    sub-objects."""
     try:
         columns = _field_values(rows, schema.names)
     except KeyError as err:

@@ -59,8 +59,8 @@ def test_the_real_job_parses_a_game_the_core_does_not_name(toy_version):
 
 
 def test_fit_trains_and_resumes_the_toy_game(toy_version, tmp_path):
-    """Resuming exactly is fit()'s, tested with the real games (tests/test_train_faults.py); here: a game fit() has
-    never heard of trains, checkpoints with its own model family, and goes on from its checkpoint."""
+    """Resuming exactly is fit()'s, tested with the real games (tests/training/test_train_faults.py); here: a game
+    fit() has never heard of trains, checkpoints with its own model family, and goes on from its checkpoint."""
     cfg = tictactoe.tiny_train_config(shards=toy_version[0].uri, out=str(tmp_path / "run"), steps=3)
     first = fit(cfg, tictactoe.TicTacToeRecipe)
     assert first.metrics["step"] == 3

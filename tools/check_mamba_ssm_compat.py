@@ -11,7 +11,7 @@ replaced by an inert stand-in (kernels are only decorated at import, never run),
 2. our chunked scan equals mamba_ssm's own pure-PyTorch reference, ``ssd_minimal_discrete``, on random inputs.
 
 It prints one line per check and exits non-zero on a mismatch. On a CUDA machine with mamba-ssm installed the
-fused kernels themselves are compared in ``tests/test_mamba2.py``.
+fused kernels themselves are compared in ``tests/models/test_mamba2.py``.
 """
 
 from __future__ import annotations

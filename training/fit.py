@@ -79,7 +79,7 @@ class TrainerConfig:
         max_failures: restarts Ray Train may make after a worker fails (its process or node lost; an error raised in
             the loop too, which then repeats up to that many times). Each restart goes on from the run's latest
             checkpoint with its model, optimizer, RNG states and window position, so the run ends with the weights of
-            an uninterrupted one (tests/test_train_faults.py). 0: the first failure ends the run; -1: no limit.
+            an uninterrupted one (tests/training/test_train_faults.py). 0: the first failure ends the run; -1: no limit.
         cpus_per_worker: CPUs each worker reserves (fractional on small machines: Ray Train waits for whole CPUs
             otherwise).
         use_gpu: train on GPU workers (bf16 autocast, TF32).

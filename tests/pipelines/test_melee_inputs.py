@@ -1,5 +1,5 @@
 """Melee inputs: every file and archive member is one input, read, filtered or quarantined under its own name
-(the archive reader itself is tested in tests/test_archives.py)."""
+(the archive reader itself is tested in tests/pipelines/test_archives.py)."""
 
 from __future__ import annotations
 

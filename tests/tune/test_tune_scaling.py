@@ -84,7 +84,7 @@ def test_a_tiny_sweep_writes_its_table_fit_and_figure(synthetic_frames, tmp_path
 
     metric = TARGETS["melee_frames"].metric
     # two trials at once: most of a tiny trial is its actors' start-up (the default on 2 CPUs, one trial at a time,
-    # is checked by test_trial_resources_follow_the_cluster and taken by tests/test_tune_ppo_sweep.py's sweep)
+    # is checked by test_trial_resources_follow_the_cluster and taken by tests/tune/test_tune_ppo_sweep.py's sweep)
     sweep = SweepConfig.tiny(shards=str(synthetic_frames), out=str(tmp_path / "sweep"), max_concurrent=2)
     logs: list[str] = []
     grid = run(sweep, log=logs.append)

@@ -24,7 +24,7 @@ from shards_schema.melee import SLOT_NAMES
 from shards_schema.reader import open_version
 
 ALL = SlpFilters(min_frames=0, allow_cpu=True)
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "melee_enums"
+REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "melee_enums"
 
 
 def _summary() -> list[dict]:

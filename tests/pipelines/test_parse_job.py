@@ -17,7 +17,7 @@ from conftest import shared_data
 from pipelines.parse_replays import ParseConfig, run
 from shards_schema.reader import ShardIntegrityError, open_version
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_generated_end_to_end(tiny_generated):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 RUNPOD = REPO_ROOT / "cluster" / "runpod"
 SCRIPTS = sorted(RUNPOD.glob("*.sh"))
 ENTRY_SCRIPTS = ("start_head.sh", "start_worker.sh", "setup_pod.sh")

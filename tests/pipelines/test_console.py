@@ -18,7 +18,7 @@ from conftest import simulator_missing
 
 from pipelines.console import BENIGN, LineFilter, copy_filtered, duration, eta_s, is_benign, metrics_line, progress_line
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # Lines Ray, W&B and Python print at ERROR or WARNING level: glog (``[... E 123 456] file.cc``), Python logging
 # (``2026-... ERROR file.py:12 --``), warnings (``UserWarning:``), W&B's ``wandb: WARNING``, tracebacks.

@@ -32,7 +32,7 @@ from shards_schema.manifest import MANIFEST_NAME, Manifest
 from shards_schema.reader import ShardIntegrityError, open_version, sha256_file
 from shards_schema.versions import CodeVersions
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = pa.schema([("game_id", pa.string()), ("value", pa.int64())], metadata={"replayforge.schema": "toy"})
 INDEX_SCHEMA = pa.schema([("game_id", pa.string()), ("input_id", pa.string()), ("row_start", pa.int64()),
                           ("num_rows", pa.int64()), ("file", pa.string())])
@@ -131,6 +131,7 @@ def test_groups_published_by_the_driver_equal_one_writer(tmp_path):
 
 def _kill_after_first_shard(out: Path) -> None:
     code = ("import os, signal, sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[1] + '/tests');"
+            "sys.path.insert(0, sys.argv[1] + '/tests/pipelines');"
             "from pathlib import Path; import test_writer as t;"
             "w = t._writer(Path(sys.argv[2]), parquet_options={'compression': 'none'});"
             "w.add_input(*t._input('a.slp', 'g1', 0)); w._group._flush();"

@@ -1,7 +1,7 @@
-"""World-model training and play on synthetic ``.slp`` games: the smoke tests that need no ``../shared`` (a user's
-clone without the shared replays runs them; ``tests/test_world_model.py`` and ``tests/test_world_model_play.py`` use
-the real replays). Only the public entry points: ``run(cfg)`` of ``training/melee/world_model.py`` and
-``training/melee/world_model_play.py``, their configs' ``tiny()``."""
+"""World-model training and play on synthetic ``.slp`` games: the smoke tests that need no ``../shared`` (a user's clone
+without the shared replays runs them; ``tests/training/test_world_model.py`` and
+``tests/training/test_world_model_play.py`` use the real replays). Only the public entry points: ``run(cfg)`` of
+``training/melee/world_model.py`` and ``training/melee/world_model_play.py``, their configs' ``tiny()``."""
 
 from __future__ import annotations
 

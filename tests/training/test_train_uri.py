@@ -1,7 +1,7 @@
 """Trainers by URI: shards read from and checkpoints written to an S3 bucket (moto's server on 127.0.0.1); a run
 resumed from the store continues with the same losses as an uninterrupted local run on the local copy, also when the
 store throttles and resets connections (the fault proxy in front of it). Every trainer runs through ``fit()``; the
-Pokémon policy's S3 run and resume are checked on the two-node cluster (``tests/test_cluster_s3.py``)."""
+Pokémon policy's S3 run and resume are checked on the two-node cluster (``tests/cluster/test_cluster_s3.py``)."""
 
 from __future__ import annotations
 
