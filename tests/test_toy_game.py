@@ -20,6 +20,7 @@ from training.fit import fit
 from training.loop import latest_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
+CODE_FOLDERS = ("pipelines", "shards_schema", "training", "models", "tune", "tools", "benchmarks", "notebooks")
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +76,9 @@ def test_fit_trains_and_resumes_the_toy_game(toy_version, tmp_path):
     assert isinstance(end.build_model(), tictactoe.TinyPolicy)
 
 
-def test_nothing_outside_tests_names_the_toy_game():
-    tracked = subprocess.run(["git", "grep", "-il", "tictactoe", "--", ":!tests/"], cwd=REPO, capture_output=True,
+def test_no_code_outside_tests_names_the_toy_game():
+    """The docs may point to it as the worked example; no code folder may know it."""
+    tracked = subprocess.run(["git", "grep", "-il", "tictactoe", "--", *CODE_FOLDERS], cwd=REPO, capture_output=True,
                              text=True)
     assert tracked.returncode in (0, 1), tracked.stderr
     assert tracked.stdout.split() == []
