@@ -24,15 +24,26 @@ import json
 import time
 from pathlib import Path
 
+import torch
+
+from models.ppo_policy import RecurrentPolicy
+from pipelines.melee.source import SlpConfig
+from pipelines.parse_replays import ParseConfig
+from pipelines.parse_replays import run as parse
+from training.checkpoints import read_checkpoint
+from training.league import Opponent
+from training.loop import latest_checkpoint
+from training.melee.selfplay import MeleeRunner, load_world_model
+from training.melee.world_model import WorldModelTrainConfig
+from training.melee.world_model import run as train_world_model
+from training.selfplay import SelfPlayConfig, run_to_end
+from training.selfplay_report import ReportConfig, report
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def uniform_policy(policy_cfg):
     """The random agent: the policy with a zero actor head, so every action has probability 1/25 at every frame."""
-    import torch
-
-    from models.ppo_policy import RecurrentPolicy
-
     policy = RecurrentPolicy(policy_cfg)
     with torch.no_grad():
         policy.actor.weight.zero_()
@@ -42,8 +53,6 @@ def uniform_policy(policy_cfg):
 
 def play(world_model, cfg, policy_cfg, weights: dict, opponent, games: int, seed: int) -> dict:
     """``games`` whole games of ``weights`` against ``opponent`` (a league ``Opponent``): summed terms and score."""
-    from training.melee.selfplay import MeleeRunner
-
     runner = MeleeRunner(world_model, cfg.shards, policy_cfg, num_envs=min(games, 8), seed=seed,
                          seed_frames=cfg.seed_frames, max_frames=cfg.max_frames,
                          reward_per_percent=cfg.reward_per_percent, draw_opponent=lambda: opponent)
@@ -59,20 +68,6 @@ def play(world_model, cfg, policy_cfg, weights: dict, opponent, games: int, seed
 
 
 def main() -> None:
-    import torch
-
-    from pipelines.melee.source import SlpConfig
-    from pipelines.parse_replays import ParseConfig
-    from pipelines.parse_replays import run as parse
-    from training.checkpoints import read_checkpoint
-    from training.league import Opponent
-    from training.loop import latest_checkpoint
-    from training.melee.selfplay import load_world_model
-    from training.melee.world_model import WorldModelTrainConfig
-    from training.melee.world_model import run as train_world_model
-    from training.selfplay import SelfPlayConfig, run_to_end
-    from training.selfplay_report import ReportConfig, report
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--input", default=str(REPO_ROOT.parent / "shared/data/melee/slp"), help=".slp files")
     parser.add_argument("--work-dir", default="/tmp/replayforge_melee_selfplay_experiment")

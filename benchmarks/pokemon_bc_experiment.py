@@ -18,19 +18,19 @@ import argparse
 import time
 from pathlib import Path
 
+from pipelines.parse_replays import ParseConfig
+from pipelines.parse_replays import run as parse
+from pipelines.pokemon.generated import GeneratedConfig
+from shards_schema import storage
+from training.loop import latest_checkpoint
+from training.pokemon.evaluate import EvalConfig
+from training.pokemon.evaluate import run as evaluate
+from training.pokemon.offline_rl import TrainConfig
+from training.pokemon.offline_rl import run as train
+from training.pokemon.showdown_server import free_port
+
 
 def main() -> None:
-    from pipelines.parse_replays import ParseConfig
-    from pipelines.parse_replays import run as parse
-    from pipelines.pokemon.generated import GeneratedConfig
-    from shards_schema import storage
-    from training.loop import latest_checkpoint
-    from training.pokemon.evaluate import EvalConfig
-    from training.pokemon.evaluate import run as evaluate
-    from training.pokemon.offline_rl import TrainConfig
-    from training.pokemon.offline_rl import run as train
-    from training.pokemon.showdown_server import free_port
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--work-dir", default="runs/bc-experiment")
     parser.add_argument("--num-battles", type=int, default=5000, help="generated battles per format")

@@ -14,16 +14,16 @@ import argparse
 import csv
 from pathlib import Path
 
+from pipelines.melee.source import SlpConfig
+from pipelines.parse_replays import ParseConfig
+from pipelines.parse_replays import run as parse
+from training.melee.world_model import WorldModelTrainConfig
+from training.melee.world_model import run as train
+
 METRICS = ("val_loss_total", "val_action_acc", "val_action_change_acc", "val_position_mae")
 
 
 def main() -> None:
-    from pipelines.melee.source import SlpConfig
-    from pipelines.parse_replays import ParseConfig
-    from pipelines.parse_replays import run as parse
-    from training.melee.world_model import WorldModelTrainConfig
-    from training.melee.world_model import run as train
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--input", default=str(Path(__file__).resolve().parents[2] / "shared/data/melee/slp"))
     parser.add_argument("--work-dir", default="runs/world-model-experiment")

@@ -19,6 +19,7 @@ drops a line of ``FATAL`` or a traceback.
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import os
 import re
@@ -273,8 +274,6 @@ def filter_known_noise() -> None:
     global _filter
     if _filter or os.environ.get("REPLAYFORGE_RAW_OUTPUT"):
         return
-    import atexit
-
     sys.stdout.flush()
     sys.stderr.flush()
     _filter = _FilterProcess()

@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shards_schema import storage
+
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
 """The manifest layout this checkout writes and reads; a reader refuses any other (bump it when a field's
@@ -140,8 +142,6 @@ class Manifest:
     @classmethod
     def load(cls, version_dir: str | Path) -> Manifest:
         """The manifest of a version folder (a local path or a URI: ``s3://bucket/out/<dataset>/<version>``)."""
-        from shards_schema import storage
-
         path = storage.join(str(version_dir), MANIFEST_NAME)
         try:
             text = storage.read_bytes(path).decode("utf-8")

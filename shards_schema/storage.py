@@ -32,7 +32,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
+import boto3
+import fsspec
 import pyarrow.fs as pafs
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
 
 _NATIVE = ("s3", "gs", "gcs")
 T = TypeVar("T")
@@ -274,8 +278,6 @@ def _gcs() -> pafs.FileSystem:
 @functools.lru_cache(maxsize=8)
 def _fsspec(protocol: str) -> pafs.FileSystem:
     """Any fsspec protocol (``hf`` through huggingface_hub, which reads ``HF_TOKEN``), wrapped for pyarrow."""
-    import fsspec
-
     try:
         fs = fsspec.filesystem(protocol)
     except (ImportError, ValueError) as err:
@@ -530,10 +532,6 @@ def _create_exclusive_atomic(uri: str, data: bytes) -> bool:
 
 def _s3_put_if_absent(uri: str, data: bytes) -> bool:
     """A PUT with ``If-None-Match: *`` through boto3 (pyarrow's S3 filesystem sends no conditions)."""
-    import boto3
-    from botocore.config import Config
-    from botocore.exceptions import BotoCoreError, ClientError
-
     endpoint, region = _s3_settings()
     bucket, _, key = str(uri).split("://", 1)[1].partition("/")
     client = boto3.client("s3", endpoint_url=endpoint, region_name=region,

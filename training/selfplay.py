@@ -102,7 +102,7 @@ def episode_metrics(episodes: list, terms: tuple[str, ...], knockout_term: str, 
 
 def train_loop_per_worker(config: dict) -> None:
     """The learner: runs on one Ray Train worker, drives the runner actors and the league actor."""
-    import ray
+    import ray  # not at the top: the driver imports this module before init_local_ray (pipelines/ray_start.py)
 
     cfg = SelfPlayConfig(**config["cfg"])
     env = cfg.environment()
@@ -144,7 +144,7 @@ def _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_up
            reference):
     """The updates: weights out to the runners, their rollouts in, one PPO update, the league told, metrics and
     checkpoints written."""
-    import ray
+    import ray  # not at the top: the driver imports this module before init_local_ray (pipelines/ray_start.py)
     import ray.train
 
     writer = MetricsWriter(Path(config["run_folder"]), dataclasses.asdict(cfg), cfg.wandb_mode, "selfplay",

@@ -10,8 +10,17 @@ snapshot starts at the learner's rating when it is taken and moves only when the
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass
 from pathlib import Path
+
+import matplotlib
+
+from pipelines.cli import parse_config
+from shards_schema import storage
+from training.checkpoints import read_checkpoint
+from training.league import LeagueConfig
+from training.loop import latest_checkpoint, local_run_folder
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,13 +55,9 @@ def learner_ratings(metrics_csv: Path) -> list[tuple[int, float]]:
 def plot_ratings(snapshots: list[tuple[int, float]], learner: list[tuple[int, float]], anchor: str,
                  anchor_rating: float, png: str, title: str) -> None:
     """The figure as PNG at ``png`` (a local path or a URI)."""
-    import io
-
-    import matplotlib
-
-    from shards_schema import storage
-
     matplotlib.use("Agg")  # files only: no display on a cluster node or in CI
+    # pyplot here, not at the top: the backend is chosen before pyplot is first imported, and only by a caller that
+    # draws (importing this module leaves a notebook's backend alone)
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
@@ -75,11 +80,6 @@ def plot_ratings(snapshots: list[tuple[int, float]], learner: list[tuple[int, fl
 def report(cfg: ReportConfig, log=print) -> str:
     """Draw the run's rating curve; where the PNG went (a local path or a URI). Without the run's metrics.csv on
     this machine (rank 0 writes it where the learner ran) the learner's line is left out, and ``log`` says so."""
-    from shards_schema import storage
-    from training.checkpoints import read_checkpoint
-    from training.league import LeagueConfig
-    from training.loop import latest_checkpoint, local_run_folder
-
     out = storage.normalize(cfg.out)
     latest = latest_checkpoint(out)
     if latest is None:
@@ -101,8 +101,6 @@ def report(cfg: ReportConfig, log=print) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from pipelines.cli import parse_config
-
     print(report(parse_config(ReportConfig, argv)))
 
 

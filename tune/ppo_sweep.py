@@ -37,9 +37,17 @@ local path or a URI). At the end the driver writes next to them:
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from pipelines.cli import command_config
+from shards_schema import storage
+from training.loop import init_local_ray
+from training.selfplay import SelfPlayConfig
+from training.selfplay import run as run_selfplay
 from tune import sweeps
 
 METRIC = "scripted_return"
@@ -147,8 +155,6 @@ class SweepConfig:
     def selfplay_config(self, lr: float, entropy_weight: float, out: str, resources: dict):
         """The self-play run of one trial: this sweep's shared settings, one lr and one entropy weight, the
         trial's share of the cluster (``selfplay_resources``)."""
-        from training.selfplay import SelfPlayConfig
-
         return SelfPlayConfig(
             out=out, env="melee", shards=self.shards, world_model=self.world_model,
             world_model_preset=self.world_model_preset, preset="full", updates=self.updates, lr=lr,
@@ -194,7 +200,7 @@ def window_report(window_updates: int):
     updates) added to every report; made in a Tune trial. It runs in the Ray Train controller, which sees every
     update's line. Defined here rather than at module level because ``ray`` must not be imported before
     ``init_local_ray`` (pipelines/ray_start.py)."""
-    from ray.tune.integration.ray_train import TuneReportCallback
+    from ray.tune.integration.ray_train import TuneReportCallback  # ray: only after init_local_ray, see above
 
     class WindowReport(TuneReportCallback):
         def __init__(self):
@@ -216,33 +222,25 @@ def trial_name(lr: float, entropy_weight: float) -> str:
 def trial(config: dict) -> None:
     """One Tune trial: a self-play run of the trial's lr and entropy weight, each update forwarded to Tune with the
     sweep's metric; its resolved config written first, beside its run."""
-    import json
-
-    from shards_schema import storage
-    from training.selfplay import run
-
     sweep = SweepConfig(**config["sweep"])
     name = trial_name(config["lr"], config["entropy_weight"])
     cfg = sweep.selfplay_config(config["lr"], config["entropy_weight"], storage.join(sweep.out, "trials", name),
                                 config["resources"])
     sweeps.write_text(storage.join(cfg.out, "selfplay_config.json"), json.dumps(dataclasses.asdict(cfg), indent=1))
-    result = run(cfg, callbacks=(window_report(sweep.window_updates),), name=name)
+    result = run_selfplay(cfg, callbacks=(window_report(sweep.window_updates),), name=name)
     if result.error is not None:
         raise RuntimeError(f"trial {name} failed: {result.error}") from result.error
 
 
 def run(sweep: SweepConfig, log=print):
     """The sweep, then its table and figure; Tune's ``ResultGrid``."""
-    from shards_schema import storage
-    from training.loop import init_local_ray
-
     sweep = dataclasses.replace(
         sweep, shards=storage.normalize(sweep.shards), out=storage.normalize(sweep.out),
         world_model=sweep.world_model if sweep.world_model == "untrained" else storage.normalize(sweep.world_model))
     sweeps.refuse_used_out(sweep.out)
     sweeps.limit_forced_cleanup()
     init_local_ray()
-    import ray
+    import ray  # here, after init_local_ray: Ray reads its single-machine switch once, at import
     from ray import tune
 
     resources, concurrent = selfplay_resources(ray.cluster_resources(), sweep.max_concurrent, sweep.num_runners)
@@ -298,8 +296,6 @@ def last_rows(rows: list[dict], at_update: int) -> list[dict]:
 
 def write_report(sweep: SweepConfig, rows: list[dict], log=print) -> list[dict]:
     """``ppo_sweep.csv``, ``ppo_sweep.md`` and ``ppo_sweep.png`` in the sweep's folder; each trial's last row."""
-    from shards_schema import storage
-
     if not rows:
         raise RuntimeError(f"no trial reported: see the trials' logs under {storage.join(sweep.out, 'tune')}")
     sweeps.write_csv(storage.join(sweep.out, "ppo_sweep.csv"), rows)
@@ -322,8 +318,6 @@ def write_report(sweep: SweepConfig, rows: list[dict], log=print) -> list[dict]:
 
 
 def _figure(sweep: SweepConfig, rows: list[dict], last: list[dict]) -> bytes:
-    import numpy as np
-
     plt = sweeps.pyplot()
     fig, (curves, heat) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=110, gridspec_kw={"width_ratios": [1.4, 1]})
     per_trial: dict = {}
@@ -357,8 +351,6 @@ def _figure(sweep: SweepConfig, rows: list[dict], last: list[dict]) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from pipelines.cli import command_config
-
     run(command_config(SweepConfig, argv))
 
 

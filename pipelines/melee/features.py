@@ -113,7 +113,7 @@ def column_path(name: str) -> tuple[str, ...]:
 
 
 def _column(table: pa.Table, path: tuple[str, ...]) -> pa.ChunkedArray:
-    import pyarrow.compute as pc
+    import pyarrow.compute as pc  # when called: the layout imports with numpy only (module docstring)
 
     col = table.column(path[0])
     return pc.struct_field(col, list(path[1:])) if len(path) > 1 else col
@@ -121,7 +121,7 @@ def _column(table: pa.Table, path: tuple[str, ...]) -> pa.ChunkedArray:
 
 def _values(array: pa.ChunkedArray | pa.Array, dtype) -> tuple[np.ndarray, np.ndarray]:
     """(values with nulls as 0, validity)."""
-    import pyarrow as pa
+    import pyarrow as pa  # when called: the layout imports with numpy only (module docstring)
     import pyarrow.compute as pc
 
     valid = pc.is_valid(array).to_numpy(zero_copy_only=False) if array.null_count else np.ones(len(array), bool)
@@ -134,7 +134,7 @@ def _values(array: pa.ChunkedArray | pa.Array, dtype) -> tuple[np.ndarray, np.nd
 def featurize(table: pa.Table) -> dict[str, np.ndarray]:
     """A ``melee_frames`` table (frames of one game, in order) → cont/cont_valid (T, Nc), binary/binary_valid
     (T, Nb), cat (T, Nk) (0 = null), ctrl (T, CTRL_FEATURES)."""
-    import pyarrow.compute as pc
+    import pyarrow.compute as pc  # when called: the layout imports with numpy only (module docstring)
 
     n = table.num_rows
     cont, cont_valid = np.zeros((n, len(CONT_FIELDS)), np.float32), np.zeros((n, len(CONT_FIELDS)), bool)
@@ -192,7 +192,7 @@ def _ids(classes: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _null_struct(n: int, arrow_type: pa.StructType) -> pa.StructArray:
     """n null structs whose children hold zeros (Parquet rejects nulls in non-nullable children)."""
-    import pyarrow as pa
+    import pyarrow as pa  # when called: the layout imports with numpy only (module docstring)
 
     children = [_null_struct(n, f.type) if pa.types.is_struct(f.type) else
                 pa.array(np.zeros(n, f.type.to_pandas_dtype())).cast(f.type) for f in arrow_type]
@@ -201,7 +201,7 @@ def _null_struct(n: int, arrow_type: pa.StructType) -> pa.StructArray:
 
 def _build(f: pa.Field, path: tuple[str, ...], leaves: dict, structs: dict, n: int) -> pa.Array:
     """One column of ``FRAMES_SCHEMA`` from leaf (values, validity) arrays and struct validities, by path."""
-    import pyarrow as pa
+    import pyarrow as pa  # when called: the layout imports with numpy only (module docstring)
 
     if pa.types.is_struct(f.type):
         valid = structs.get(path)
@@ -224,7 +224,7 @@ def unfeaturize(features: dict[str, np.ndarray], *, game_id: str, first_frame: i
     of the rows gives back the arrays for every field the model carries. Not carried: Nana (null) and a projectile's
     spawn id (its slot index). Nullable columns are null where the arrays say not recorded; a projectile slot is null
     where its presence flag is 0, the projectiles column where ``num_projectiles`` is null."""
-    import pyarrow as pa
+    import pyarrow as pa  # when called: the layout imports with numpy only (module docstring)
 
     from shards_schema.melee import FRAMES_SCHEMA
 

@@ -13,6 +13,7 @@ import tempfile
 from dataclasses import dataclass
 
 import numpy as np
+import peppi_py._peppi as peppi
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -136,8 +137,6 @@ class _ReplayFile:
 
 def _peppi_read(data: bytes | None, path: str | None):
     """peppi's raw Arrow game from a replay's bytes or, for a local file, its path; peppi's own errors pass through."""
-    import peppi_py._peppi as peppi
-
     if path is None:
         path = _ReplayFile.path_with(data)
     if path is not None:
@@ -347,9 +346,7 @@ def _col(array: pa.Array | None, n: int, arrow_type: pa.DataType, present: bool 
 
 
 def _character(frames_post: pa.StructArray, n: int, version: tuple, validity: pa.Array | None) -> pa.StructArray:
-    from shards_schema.melee import FRAMES_SCHEMA as S
-
-    t = S.field("p0").type.field("leader").type
+    t = FRAMES_SCHEMA.field("p0").type.field("leader").type
     v = version
     vel = _field(frames_post, "velocities")
     cols = {

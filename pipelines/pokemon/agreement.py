@@ -13,10 +13,13 @@ its mover and move); the latter count as wrong.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pipelines.pokemon.dex import Dex, UnknownDexEntry, move_id, to_id
+from pipelines.pokemon import generated
+from pipelines.pokemon.dex import Dex, UnknownDexEntry, gen_of_format, load_dex, move_id, to_id
+from pipelines.pokemon.spectator import cant_actor_and_move, spectator_trajectories
 from shards_schema.pokemon import NUM_MOVES, NUM_SWITCHES
 
 HP_TOLERANCE = 0.011
@@ -46,8 +49,6 @@ def visible_choices(lines: list[str], dex: Dex) -> dict[tuple[str, int], set[tup
     move a ``|cant|`` names for the Pokémon that could not act; ``("switch", species id)`` for each ``|switch|``
     (``|drag|`` is not chosen; a cosmetic forme such as Gastrodon-East is its dex species). Hidden Power is
     ``hiddenpower`` whatever its type (the log does not say it); a status move used as a Z-move is that move."""
-    from pipelines.pokemon.spectator import cant_actor_and_move
-
     out: dict[tuple[str, int], set[tuple[str, str]]] = {}
     turn = 0
     encored: set[str] = set()  # sides whose Pokémon an Encore caught this turn before it moved
@@ -163,12 +164,6 @@ class Agreement:
 def add_generated_battles(agreement: Agreement, format_id: str, num_battles: int, seed: int) -> Agreement:
     """Play ``num_battles`` simulator battles (heuristic vs random), then add each player's exact trajectory and
     its reconstruction from the spectator log to ``agreement``."""
-    import json
-
-    from pipelines.pokemon import generated
-    from pipelines.pokemon.dex import gen_of_format, load_dex
-    from pipelines.pokemon.spectator import spectator_trajectories
-
     dexes = {g: load_dex(g) for g in range(1, 10)}
     chunk = generated.chunks([format_id], num_battles, seed, "heuristic", "random", num_battles)[0]
     for battle_id, payload in generated.generate(chunk):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from pipelines.pokemon.dex import _all_gens
 from pipelines.pokemon.observation import BLANK, PAD, UNK, VOCAB_DIR
 
 SENTINELS = (
@@ -40,8 +41,6 @@ def build(gens: dict[str, dict]) -> list[str]:
 
 
 def main() -> None:
-    from pipelines.pokemon.dex import _all_gens
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--version", required=True, help="observation spec version the file is for")
     args = parser.parse_args()

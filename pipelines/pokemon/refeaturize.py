@@ -13,7 +13,14 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from pipelines.cli import parse_config
 from pipelines.pokemon.observation import observation_columns
+from pipelines.pokemon.parser import PokemonParser
+from pipelines.stages import InputRecord
+from pipelines.writer import BYTES_PER_MIB, ShardWriter, VersionSpec
+from shards_schema.pokemon import CODE_VERSIONS as POKEMON_TURNS
+from shards_schema.pokemon import INDEX_SCHEMA, TURNS_SCHEMA
+from shards_schema.reader import open_version
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,13 +55,6 @@ def refeaturize_table(table: pa.Table) -> pa.Table:
 
 
 def run(cfg: RefeaturizeConfig, *, log=print):
-    from pipelines.pokemon.parser import PokemonParser
-    from pipelines.stages import InputRecord
-    from pipelines.writer import BYTES_PER_MIB, ShardWriter, VersionSpec
-    from shards_schema.pokemon import CODE_VERSIONS as POKEMON_TURNS
-    from shards_schema.pokemon import INDEX_SCHEMA, TURNS_SCHEMA
-    from shards_schema.reader import open_version
-
     source = open_version(cfg.input, ignore_versions=("observation",))
     m = source.manifest
     config = {**m.config, "refeaturized_from": f"{m.dataset}/{m.version}"}
@@ -93,8 +93,6 @@ def run(cfg: RefeaturizeConfig, *, log=print):
 
 
 def main(argv: list[str] | None = None) -> None:
-    from pipelines.cli import parse_config
-
     run(parse_config(RefeaturizeConfig, argv))
 
 

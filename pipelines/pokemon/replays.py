@@ -26,14 +26,16 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+import huggingface_hub
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipelines.errors import InvalidJsonError, InvalidRecordError, UnknownFormatError
 from pipelines.inputs import file_items, input_id, list_sized, resolve_input
 from pipelines.pokemon.dex import Dex, gen_of_format, to_id
 from pipelines.pokemon.parser import PokemonParser
 from pipelines.pokemon.spectator import spectator_trajectories
-from pipelines.stages import Parsed, Plan, Source, read_row
+from pipelines.stages import Parsed, Plan, Source, read_row, work_item
 from shards_schema import storage
 
 HUB = {
@@ -271,16 +273,15 @@ def _unknown_format(replay: Replay) -> str:
 def download(source: str, out_dir: Path, revision: str | None, formats: list[str]) -> str:
     """Fetch a hub table's Parquet files (only those of the asked formats when the file names tell) at a
     revision; returns the commit the revision resolved to. huggingface_hub resumes partial downloads."""
-    from huggingface_hub import HfApi, hf_hub_download
-
     repo, default_revision = HUB[source]
-    api = HfApi()
+    api = huggingface_hub.HfApi()
     info = api.dataset_info(repo, revision=revision or default_revision)
     files = sorted(f for f in api.list_repo_files(repo, repo_type="dataset", revision=info.sha)
                    if f.endswith(".parquet"))
     named = [f for f in files if any(fmt in f for fmt in formats)] if formats else files
     for name in named or files:  # names that do not tell the format: fetch all, filter rows when reading
-        hf_hub_download(repo_id=repo, repo_type="dataset", filename=name, revision=info.sha, local_dir=str(out_dir))
+        huggingface_hub.hf_hub_download(repo_id=repo, repo_type="dataset", filename=name, revision=info.sha,
+                                        local_dir=str(out_dir))
     return info.sha
 
 
@@ -361,10 +362,6 @@ def plan_row_groups(root: str, listed: list[tuple[str, int]], source: str, forma
     """One work item per row group, planned from the footers: streamed, bounded by the row-group size, ordered;
     its bytes are the row group's stored (compressed) size. A file whose footer cannot be read (truncated, damaged)
     is one item that quarantines the file."""
-    import pyarrow.parquet as pq
-
-    from pipelines.stages import work_item
-
     items = []
     for uri, size in listed:
         rel = input_id(uri, root)
@@ -393,8 +390,6 @@ def read_row_group(item: dict) -> list[dict]:
     UTF-8 (a damaged uncompressed page) is one, named by its battle id when that still decodes
     (``file.parquet#rg3:row1`` otherwise). Page checksums are verified where the file has them, which catches
     damage that still decodes."""
-    import pyarrow.parquet as pq
-
     source, formats = item["source"], set(item["formats"])
     id_column, format_column, log_column = ID_COLUMN[source], FORMAT_COLUMN[source], LOG_COLUMN[source]
     name = storage.name(item["uri"])

@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from gymnasium import spaces
+from gymnasium.utils import seeding
 
 from models.world_model import WorldModel
 from pipelines.melee.features import BINARY_FIELDS, CONT_FIELDS, CTRL_PER_PLAYER, PLAYERS
+from shards_schema.reader import ShardVersion, open_version
 from training.melee.rollout_rules import CLASSES, CTRL_HIGH, CTRL_LOW, Frame
 from training.melee.world_model_rollout import WorldModelSim, game_row, load_seed
 
@@ -78,10 +81,6 @@ class MeleeWorldEnv:
 
     def __init__(self, model: WorldModel, shards, *, seed_frames: int = 60, max_frames: int = 3600,
                  reward_per_percent: float = 0.01, games: list[str] | None = None):
-        from gymnasium import spaces
-
-        from shards_schema.reader import ShardVersion, open_version
-
         self.model = model.eval()
         self.version = shards if isinstance(shards, ShardVersion) else open_version(shards)
         self.seed_frames, self.max_frames, self.reward_per_percent = seed_frames, max_frames, reward_per_percent
@@ -113,8 +112,6 @@ class MeleeWorldEnv:
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         """``options``: ``game_id`` and ``seed_start`` (a frame number) pin the seed window."""
-        from gymnasium.utils import seeding
-
         if seed is not None or self._sim is None:
             self.np_random, _ = seeding.np_random(seed)
         options = options or {}

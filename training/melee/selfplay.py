@@ -432,7 +432,7 @@ class MeleeSelfPlay:
 
     def collect(self, runners: list, weights_ref, ppo):
         """(rollout of every runner's games side by side, finished ``Episode``s)."""
-        import ray
+        import ray  # see runners: ray only after init_local_ray
 
         results = ray.get([r.collect.remote(weights_ref, ppo.rollout_steps) for r in runners])
         return concat_rollouts([r for r, _ in results]), [e for _, episodes in results for e in episodes]

@@ -18,7 +18,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from models.world_model import WorldModel
+from models.world_model import WorldModel, WorldModelConfig
+from pipelines.cli import command_config
+from shards_schema.reader import open_version, sha256_file
+from training.checkpoints import state_file
+from training.melee.world_model import load_model
 from training.melee.world_model_rollout import (
     RandomPolicy,
     drift_table,
@@ -90,11 +94,6 @@ class PlayConfig:
 
 def load_play_model(cfg: PlayConfig) -> tuple[WorldModel, str]:
     """(model, identity): a checkpoint's model and its sha256, or an untrained one of ``cfg.preset``."""
-    from models.world_model import WorldModelConfig
-    from shards_schema.reader import sha256_file
-    from training.checkpoints import state_file
-    from training.melee.world_model import load_model
-
     if cfg.checkpoint == "untrained":
         torch.manual_seed(cfg.seed)
         return WorldModel(WorldModelConfig.preset(cfg.preset)).eval(), f"untrained-{cfg.preset}-seed{cfg.seed}"
@@ -103,8 +102,6 @@ def load_play_model(cfg: PlayConfig) -> tuple[WorldModel, str]:
 
 def run(cfg: PlayConfig, *, log=print):
     """Seed, roll out, publish and measure; returns (PublishResult, drift rows)."""
-    from shards_schema.reader import open_version
-
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
     version = open_version(cfg.shards)
@@ -131,8 +128,6 @@ def run(cfg: PlayConfig, *, log=print):
     return published, rows
 
 def main(argv: list[str] | None = None) -> None:
-    from pipelines.cli import command_config
-
     run(command_config(PlayConfig, argv))
 
 

@@ -33,6 +33,11 @@ from pipelines.melee.features import (
     featurize,
     unfeaturize,
 )
+from pipelines.melee.slp import FRAME_PARQUET_OPTIONS
+from pipelines.stages import InputRecord
+from pipelines.writer import ShardWriter, VersionSpec
+from shards_schema.melee import CODE_VERSIONS as MELEE_FRAMES
+from shards_schema.melee import FRAMES_SCHEMA, GAMES_SCHEMA
 from training.melee.rollout_rules import (
     SCALE,
     Frame,
@@ -230,14 +235,6 @@ def write_rollouts(rollouts: list[tuple[Rollout, str]], out: str | Path, *, data
                    config: dict):
     """Publish (rollout, game id) pairs as one ``melee_frames`` shard version under ``OUT/<dataset>/`` with the parse
     job's ``ShardWriter`` (games index, empty quarantine, manifest last). Returns its ``PublishResult``."""
-    import hashlib
-
-    from pipelines.melee.slp import FRAME_PARQUET_OPTIONS
-    from pipelines.stages import InputRecord
-    from pipelines.writer import ShardWriter, VersionSpec
-    from shards_schema.melee import CODE_VERSIONS as MELEE_FRAMES
-    from shards_schema.melee import FRAMES_SCHEMA, GAMES_SCHEMA
-
     seeds = "".join(f"{game_id}@{r.seed_start}+{r.seed_frames}\n" for r, game_id in rollouts)
     spec = VersionSpec(out_root=str(out), dataset=dataset, code=MELEE_FRAMES, source="world-model-rollout",
                        source_revision=source_revision, config=config,

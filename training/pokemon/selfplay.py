@@ -242,7 +242,7 @@ class PokemonSelfPlay:
 
     def collect(self, runners: list, weights_ref, ppo):
         """(the runners' battles, one per column, finished ``Episode``s)."""
-        import ray
+        import ray  # see runners: ray only after init_local_ray
 
         results = ray.get([r.collect.remote(weights_ref, self.cfg.battles_per_runner) for r in runners])
         battles = [b for recorded, _ in results for b in recorded]
@@ -250,6 +250,6 @@ class PokemonSelfPlay:
 
     def close(self, runners: list) -> None:
         """Stop every runner's Showdown server (by PID, in the runner)."""
-        import ray
+        import ray  # see runners: ray only after init_local_ray
 
         ray.get([r.close.remote() for r in runners])
