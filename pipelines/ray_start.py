@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -30,8 +31,6 @@ class RayAuthError(RuntimeError):
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -47,7 +46,7 @@ def start_ray(*, num_cpus: int, log_to_driver: bool) -> None:
         # Ray reads RAY_AUTH_MODE once, when imported: set later, the driver and the servers it starts disagree.
         os.environ.setdefault(AUTH_MODE_VAR, "token")
         _import_ray_single_machine()
-    import ray
+    import ray  # not at the top: the switches above must be set before ray's first import, which reads them once
 
     if ray.is_initialized():
         return
@@ -101,7 +100,7 @@ def _import_ray_single_machine() -> None:
     before = os.environ.get(SINGLE_MACHINE_VAR)
     os.environ[SINGLE_MACHINE_VAR] = "0"
     try:
-        import ray  # noqa: F401
+        import ray  # noqa: F401 - the switch set above is read once, at this first import
     finally:
         if before is None:
             os.environ.pop(SINGLE_MACHINE_VAR, None)

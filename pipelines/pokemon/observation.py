@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 
 from pipelines.pokemon.tracker import DYNAMAX_TURNS
 from shards_schema.pokemon import CODE_VERSIONS as POKEMON_TURNS
-from shards_schema.pokemon import NUM_MOVES, NUM_SWITCHES, OBS_NUMERIC, OBS_WORDS
+from shards_schema.pokemon import NUM_MOVES, NUM_SWITCHES, OBS_NUMERIC, OBS_WORDS, TURNS_SCHEMA
 
 OBSERVATION_VERSION = POKEMON_TURNS.observation
 VOCAB_DIR = Path(__file__).resolve().parent / "vocab"
@@ -384,8 +384,6 @@ def observation_columns(states: list[dict], formats: list[str], version: str = O
     value. The rows are then gathered from the parts by numpy (words, numbers) and Arrow (the text): no word or
     number goes through a Python list per row.
     """
-    from shards_schema.pokemon import TURNS_SCHEMA
-
     words = _Words(version)
     n = len(states)
     values = list(zip(*map(_GLOBAL_FIELDS, states), strict=True)) if n else [()] * len(_GLOBAL_FIELDS_NAMES)
