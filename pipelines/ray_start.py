@@ -9,7 +9,7 @@ unless token authentication refuses them, so token authentication is the guard o
 other machine, so it also keeps the node IP on loopback: Ray does that itself when ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER``
 is false as Ray is imported (``ray_constants.ENABLE_RAY_CLUSTER``, read once at import; the single-machine mode Ray
 uses by default on macOS and Windows), and then every server, agent and metrics endpoint of the instance binds
-127.0.0.1 (tests/test_security_ray.py lists them).
+127.0.0.1 (tests/pipelines/test_security_ray.py lists them).
 """
 
 from __future__ import annotations

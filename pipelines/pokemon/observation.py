@@ -376,7 +376,7 @@ def _bench(words: _Words, benches: list) -> tuple[_Part, np.ndarray]:
 def observation_columns(states: list[dict], formats: list[str], version: str = OBSERVATION_VERSION) -> dict:
     """The observation columns (``obs_text``, ``obs_tokens``, ``obs_numeric``, ``obs_unknown_words``) of many
     states at once, as Arrow arrays of the ``pokemon_turns`` types. ``observe`` row by row is their readable
-    reference (``tests/test_observation.py`` compares them on every row of the shared replays).
+    reference (``tests/pipelines/test_observation.py`` compares them on every row of the shared replays).
 
     Rendered states share unchanged dicts and lists between rows (and never mutate them), so each part of the
     observation (an active Pokémon's eight non-move words, its move slots, a bench, a previous move...) is made
