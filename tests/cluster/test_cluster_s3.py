@@ -215,8 +215,8 @@ def _final_weights_equal(a: str, b: str) -> bool:
     return models[0].keys() == models[1].keys() and all(torch.equal(models[0][k], models[1][k]) for k in models[0])
 
 
-TRAINERS = {"world_model.py": ("training.melee.world_model", "WorldModelTrainConfig", "WorldModelRecipe"),
-            "offline_rl.py": ("training.pokemon.offline_rl", "TrainConfig", "PolicyRecipe")}
+TRAINERS = {"melee/world_model.py": ("training.melee.world_model", "WorldModelTrainConfig", "WorldModelRecipe"),
+            "pokemon/offline_rl.py": ("training.pokemon.offline_rl", "TrainConfig", "PolicyRecipe")}
 
 
 def _train_here(script: str, argv: list[str]) -> None:
@@ -325,9 +325,9 @@ def test_parse_and_train_with_everything_on_s3(cluster, s3_bucket, ray_local, tm
     # with six training jobs one after another, 121 s with them side by side, on 2 cores); each uninterrupted run is
     # a run in this process on the single-node version, which saves two jobs' start-ups on the cluster
     with ThreadPoolExecutor(1) as pool:
-        wm = pool.submit(_train_and_resume, cluster, "world_model.py", melee.path, single_node["melee"].uri,
+        wm = pool.submit(_train_and_resume, cluster, "melee/world_model.py", melee.path, single_node["melee"].uri,
                          f"{runs}/wm", tmp_path / "wm", "loss_total", "--scheduled-sampling", "0.5")
-        _train_and_resume(cluster, "offline_rl.py", pokemon.path, single_node["pokemon"].uri, f"{runs}/bc",
+        _train_and_resume(cluster, "pokemon/offline_rl.py", pokemon.path, single_node["pokemon"].uri, f"{runs}/bc",
                           tmp_path / "bc", "loss", "--context", "8")
         wm.result()
     assert "RayTrainWorker" in cluster.hidden_node_actors(), cluster.hidden_node_actors()
