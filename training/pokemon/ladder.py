@@ -351,7 +351,7 @@ def _plot(path: Path, matrix: list[dict], entrants: list[Entrant], formats: list
         ax.imshow(rate, vmin=0, vmax=1, cmap="RdBu")
         for (r, c), value in np.ndenumerate(rate):
             if not np.isnan(value):
-                ax.text(c, r, f"{value:.0%}", ha="center", va="center", fontsize=9,
+                ax.text(c, r, f"{value:.1%}", ha="center", va="center", fontsize=9,
                         color="white" if abs(value - 0.5) > 0.3 else "black")
         short = [n[-22:] for n in names]  # a checkpoint path keeps its end
         ax.set_xticks(range(len(names)), short, rotation=30, ha="right", fontsize=8)
