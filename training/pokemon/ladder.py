@@ -263,6 +263,11 @@ async def _play(cfg: LadderConfig, entrants: list[Entrant], url: str, log) -> li
     # log out before the server stops, so no websocket is cut mid-frame
     clients = [p for h in halves for p in (h.challenger, h.opponent)]
     await asyncio.gather(*(c.ps_client.stop_listening() for c in clients), return_exceptions=True)
+    for k, entrant in enumerate(entrants):  # the policies' own counts, as evaluate.py reports them
+        players = [p for h in halves for i, p in ((h.first, h.challenger), (h.second, h.opponent)) if i == k]
+        if all(hasattr(p, "fallbacks") for p in players):
+            log(f"{entrant.name}: {sum(p.fallbacks for p in players)} fallback moves (its choice not accepted), "
+                f"{sum(p.forced for p in players)} forced choices")
     records = []
     for h in halves:
         finished = [battle for battle in h.challenger.battles.values() if battle.finished]
