@@ -35,6 +35,33 @@ def _request_key(move_id: str, move_ids: list[str]) -> str:
     return key
 
 
+def unmasked_choices(request: dict, mask: list[bool], move_ids: list[str], *, reviving: bool = False) -> list[str]:
+    """Where a 13-action ``mask`` and the choices the server's ``request`` offers differ, one reason per difference:
+    an enabled move of the request that is none of the active Pokémon's first four team moves (a move copied by
+    Transform or Mimic, Struggle: the action space has no slot for it), a move slot the mask opens that the request
+    does not enable, or another number of switch targets. A request with one choice in all (a locked-in Recharge,
+    Struggle alone) decides nothing and is not counted; nor is Revival Blessing's choice of a fainted ally
+    (``reviving``), which has no action. What the live players count in every decision: the server's choices are
+    the truth, and a difference is a cause to find."""
+    team = request["side"]["pokemon"]
+    forced = bool(request.get("forceSwitch") and request["forceSwitch"][0])
+    active = request.get("active", [None])[0] if not forced else None
+    offered = [_request_key(m["id"], move_ids) for m in (active or {}).get("moves", []) if not m.get("disabled")]
+    switch_targets = 0
+    if not reviving and (forced or not (active and active.get("trapped"))):
+        switch_targets = sum(1 for p in team if not p.get("active") and not p["condition"].endswith("fnt"))
+    if len(offered) + switch_targets <= 1:
+        return []
+    reasons = [f"request move {key} is not a team move slot" for key in offered if key not in move_ids[:NUM_MOVES]]
+    enabled = {move_ids.index(key) for key in offered if key in move_ids[:NUM_MOVES]}
+    if {slot for slot in range(NUM_MOVES) if mask[slot]} - enabled:
+        reasons.append("mask opens a move the request does not enable")
+    masked_switches = sum(mask[NUM_MOVES:_TERA_OFFSET])
+    if min(switch_targets, NUM_SWITCHES) != masked_switches:
+        reasons.append(f"request offers {switch_targets} switches, mask {masked_switches}")
+    return reasons
+
+
 class Decision:
     """The state, action and exact mask for one request."""
 
@@ -124,7 +151,14 @@ class Decision:
             for k in range(len(switches)):
                 mask[NUM_MOVES + k] = True
         self._facts = (active_req, move_ids, switch_slots, forced)
+        self._mask = mask
         return state, mask
+
+    def unmasked(self) -> list[str]:
+        """The choices this request offers that the mask does not hold, one reason each (empty when they agree;
+        call after ``render_state_and_mask``): ``unmasked_choices`` of this request."""
+        _, move_ids, _, _ = self._facts
+        return unmasked_choices(self.request, self._mask, move_ids, reviving=self.reviving)
 
     def slots(self) -> tuple[list[str], list[int]]:
         """(move ids in action order, request team indices of the switch actions), after rendering: what a player

@@ -100,3 +100,5 @@ def test_policy_plays_ou_battles_without_fallbacks(tmp_path):
                                     num_teams=2), log=lambda *_: None)
     assert [(r["format"], r["opponent"], r["battles"]) for r in rows] == [("gen1ou", "random", 3)]
     assert rows[0]["fallback_moves"] == 0
+    # every decision's mask was audited against the server's request (counted, named: see test_request_mask.py)
+    assert rows[0]["decisions"] >= 3 and sum(rows[0]["mask_mismatches"].values()) <= rows[0]["decisions"]

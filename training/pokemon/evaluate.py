@@ -166,20 +166,25 @@ async def _play(cfg: EvalConfig, url: str, log=print) -> list[dict]:
         rows.append({"format": fmt, "opponent": name, "battles": n, "wins": player.n_won_battles,
                      "ties": player.n_tied_battles, "win_rate": score / max(n, 1), "ci_low": low, "ci_high": high,
                      "fallback_moves": player.fallbacks, "forced_choices": player.forced,
-                     "fallback_reasons": dict(player.fallback_reasons)})
+                     "fallback_reasons": dict(player.fallback_reasons), "decisions": player.decisions,
+                     "mask_mismatches": dict(player.mask_mismatches)})
     return rows
 
 
 def run(cfg: EvalConfig, *, log=print) -> list[dict]:
     with showdown_server(cfg.port) as url:
         rows = asyncio.run(_play(cfg, url, log))
-    log(f"{'format':18s} {'opponent':12s} {'battles':>7s} {'win rate':>9s}  95% interval   fallbacks  forced")
+    log(f"{'format':18s} {'opponent':12s} {'battles':>7s} {'win rate':>9s}  95% interval   fallbacks  forced  "
+        "mask≠request")
     for r in rows:
         log(f"{r['format']:18s} {r['opponent']:12s} {r['battles']:7d} {r['win_rate']:9.1%}  "
-            f"[{r['ci_low']:.1%}, {r['ci_high']:.1%}]   {r['fallback_moves']:9d}  {r['forced_choices']:6d}")
+            f"[{r['ci_low']:.1%}, {r['ci_high']:.1%}]   {r['fallback_moves']:9d}  {r['forced_choices']:6d}  "
+            f"{sum(r['mask_mismatches'].values())}/{r['decisions']}")
     for r in rows:
         for reason, count in r["fallback_reasons"].items():
             log(f"fallback {r['format']} vs {r['opponent']}: {count}× {reason}")
+        for reason, count in r["mask_mismatches"].items():
+            log(f"mask≠request {r['format']} vs {r['opponent']}: {count}× {reason}")
     return rows
 
 

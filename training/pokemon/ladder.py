@@ -19,6 +19,7 @@ An entrant is a name and a factory of poke-env players (``Entrant``): the built-
 from __future__ import annotations
 
 import asyncio
+import collections
 import csv
 import functools
 import math
@@ -266,8 +267,11 @@ async def _play(cfg: LadderConfig, entrants: list[Entrant], url: str, log) -> li
     for k, entrant in enumerate(entrants):  # the policies' own counts, as evaluate.py reports them
         players = [p for h in halves for i, p in ((h.first, h.challenger), (h.second, h.opponent)) if i == k]
         if all(hasattr(p, "fallbacks") for p in players):
+            mismatches = sum((p.mask_mismatches for p in players), collections.Counter())
             log(f"{entrant.name}: {sum(p.fallbacks for p in players)} fallback moves (its choice not accepted), "
-                f"{sum(p.forced for p in players)} forced choices")
+                f"{sum(p.forced for p in players)} forced choices, {sum(mismatches.values())} of "
+                f"{sum(p.decisions for p in players)} decisions whose mask differs from the server's choices"
+                + "".join(f"; {n}× {reason}" for reason, n in mismatches.most_common()))
     records = []
     for h in halves:
         finished = [battle for battle in h.challenger.battles.values() if battle.finished]

@@ -41,6 +41,8 @@ class PolicyPlayer(Player):
         self.fallbacks = 0
         self.forced = 0  # requests with a single possible choice (not decisions, not fallbacks)
         self.fallback_reasons: collections.Counter = collections.Counter()
+        self.decisions = 0  # requests rendered into a state and mask
+        self.mask_mismatches: collections.Counter = collections.Counter()  # reason → decisions (Decision.unmasked)
 
     def _fallback(self, battle, reason: str):
         self.fallbacks += 1
@@ -81,6 +83,8 @@ class PolicyPlayer(Player):
             state, mask13 = decision.render_state_and_mask()
         except (InputError, KeyError, TypeError, ValueError, IndexError) as err:
             return self._fallback(battle, f"state: {type(err).__name__}: {err}")
+        self.decisions += 1
+        self.mask_mismatches.update(decision.unmasked())
         _, tokens, numeric, _ = observe(state, tracker.format_id)
         check_inputs(np.asarray(tokens), self.model.cfg.vocab_size)
         legal = fold_actions(torch.tensor(mask13))
