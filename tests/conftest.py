@@ -7,6 +7,7 @@ import random
 import secrets
 import shutil
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,8 @@ os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
 # (shards_schema.storage.LOCATION_VARS), which the `s3_server` fixture sets once its port is known.
 os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
 
+from pipelines.archives import iter_path  # noqa: E402 - after the checkout is put first on sys.path above
+
 
 def shared_data(*parts: str) -> Path:
     """A path under ../shared/data, or skip the test when the shared folder is absent."""
@@ -36,6 +39,49 @@ def shared_data(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"{path} is not available")
     return path
+
+
+def archive_rows(path, root, replay_suffixes: tuple[str, ...]) -> dict[str, tuple]:
+    """input id → (bytes, read error, filter reason) of the shared archive reader, in the order read (each id once)."""
+    rows = {}
+    for m in iter_path(str(path), str(root), replay_suffixes):
+        assert m.input_id not in rows, f"{m.input_id} read twice"
+        rows[m.input_id] = (m.data, m.read_error, m.filter_reason)
+    return rows
+
+
+def write_zip(path, members: dict[str, bytes], compression=zipfile.ZIP_STORED) -> None:
+    with zipfile.ZipFile(path, "w", compression=compression) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+
+
+class CutFile:
+    """A random-access store file whose reads fail past ``limit`` bytes (a store that stops answering)."""
+
+    def __init__(self, data: bytes, limit: int):
+        self.data, self.limit, self.at = data, limit, 0
+
+    def read(self, size: int = -1) -> bytes:
+        if self.at >= self.limit:
+            raise OSError("AWS Error NETWORK_CONNECTION: curlCode: 56, Failure when receiving data from the peer")
+        size = len(self.data) - self.at if size is None or size < 0 else size
+        chunk = self.data[self.at:min(self.at + size, self.limit)]
+        self.at += len(chunk)
+        return chunk
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.at = offset if whence == 0 else len(self.data) + offset if whence == 2 else self.at + offset
+        return self.at
+
+    def tell(self) -> int:
+        return self.at
+
+    def close(self) -> None:
+        pass
 
 
 def damaged_copies(data: bytes, seed, count: int, max_changes: int):

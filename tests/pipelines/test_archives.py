@@ -14,7 +14,7 @@ import zlib
 
 import py7zr
 import pytest
-from conftest import damaged_copies
+from conftest import CutFile, archive_rows, damaged_copies, write_zip
 
 from pipelines.archives import REST, iter_path
 from pipelines.inputs import NOT_A_REPLAY
@@ -23,21 +23,6 @@ from shards_schema import storage
 REPLAY = (".rep",)
 """The replay suffix of these tests: the reader knows no game."""
 GAMES = [bytes([i]) * 3000 + b"replay %d" % i for i in range(3)]  # what the reader sees; parsing is not its job
-
-
-def _rows(path, root) -> dict[str, tuple]:
-    """input id → (bytes, read error, filter reason), in the order read."""
-    rows = {}
-    for m in iter_path(str(path), str(root), REPLAY):
-        assert m.input_id not in rows, f"{m.input_id} read twice"
-        rows[m.input_id] = (m.data, m.read_error, m.filter_reason)
-    return rows
-
-
-def _zip(path, members: dict[str, bytes], compression=zipfile.ZIP_STORED):
-    with zipfile.ZipFile(path, "w", compression=compression) as archive:
-        for name, data in members.items():
-            archive.writestr(name, data)
 
 
 def _corrupt_at(path, needle: bytes, offset: int = 100):
@@ -51,7 +36,7 @@ def _corrupt_at(path, needle: bytes, offset: int = 100):
 @pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
 def test_zip_bad_member_is_its_own_input_and_the_rest_are_read(tmp_path, compression):
     path = tmp_path / "set.zip"
-    _zip(path, {"a.rep": GAMES[0], "b.rep": GAMES[1], "c.rep": GAMES[2]}, compression)
+    write_zip(path, {"a.rep": GAMES[0], "b.rep": GAMES[1], "c.rep": GAMES[2]}, compression)
     if compression == zipfile.ZIP_STORED:
         _corrupt_at(path, GAMES[1][:50])  # bad CRC
     else:  # damage the deflate stream of the middle member
@@ -61,7 +46,7 @@ def test_zip_bad_member_is_its_own_input_and_the_rest_are_read(tmp_path, compres
         start = info.header_offset + 30 + len("b.rep")
         raw[start:start + 8] = bytes(b ^ 0x5A for b in raw[start:start + 8])
         path.write_bytes(bytes(raw))
-    rows = _rows(path, tmp_path)
+    rows = archive_rows(path, tmp_path, REPLAY)
     assert list(rows) == ["set.zip::a.rep", "set.zip::b.rep", "set.zip::c.rep"]
     assert rows["set.zip::a.rep"] == (GAMES[0], None, None)
     assert rows["set.zip::c.rep"] == (GAMES[2], None, None)
@@ -91,7 +76,7 @@ def test_tar_damaged_header_is_its_own_input_and_the_rest_are_read(tmp_path, whe
     raw = bytearray(path.read_bytes())
     raw[offsets[bad] + 148] ^= 0x07  # the header checksum field: tarfile used to end the archive here silently
     path.write_bytes(bytes(raw))
-    rows = _rows(path, tmp_path)
+    rows = archive_rows(path, tmp_path, REPLAY)
     assert set(rows) == {f"set.tar::{n}" for n in names}
     for name, game in zip(names, GAMES, strict=True):
         data, error, _ = rows[f"set.tar::{name}"]
@@ -104,7 +89,7 @@ def test_tar_header_without_a_readable_name_is_recorded_by_offset(tmp_path):
     raw = bytearray(path.read_bytes())
     raw[offsets["b.rep"]:offsets["b.rep"] + 512] = bytes([0xEE]) * 512
     path.write_bytes(bytes(raw))
-    rows = _rows(path, tmp_path)
+    rows = archive_rows(path, tmp_path, REPLAY)
     assert list(rows) == ["set.tar::a.rep", f"set.tar::<damaged header at byte {offsets['b.rep']}>",
                           "set.tar::c.rep"]
     assert rows["set.tar::c.rep"][0] == GAMES[2]
@@ -120,7 +105,7 @@ def test_cut_tar_gz_records_the_member_it_cut_and_the_rest(tmp_path):
     # the compressed prefix that decodes to just past the cut: a truncated download
     keep = next(k for k in range(64, len(stream), 64) if len(_inflate_prefix(stream[:k])) > cut)
     path.write_bytes(stream[:keep])
-    rows = _rows(path, tmp_path)
+    rows = archive_rows(path, tmp_path, REPLAY)
     assert list(rows) == ["set.tar.gz::a.rep", "set.tar.gz::b.rep", f"set.tar.gz::{REST}"]
     assert rows["set.tar.gz::a.rep"][0] == big[0]
     assert rows["set.tar.gz::b.rep"][0] is None and rows["set.tar.gz::b.rep"][1].startswith("EOFError: ")
@@ -142,7 +127,7 @@ def test_7z_bad_crc_member_is_its_own_input_and_the_rest_are_read(tmp_path):
     _7z(path, {"a.rep": GAMES[0], "b.rep": GAMES[1], "notes.txt": b"gg", "c.rep": GAMES[2]},
         filters=[{"id": py7zr.FILTER_COPY}])  # stored: a flipped byte is a CRC mismatch, the stream still decodes
     _corrupt_at(path, GAMES[1][:50])
-    rows = _rows(path, tmp_path)
+    rows = archive_rows(path, tmp_path, REPLAY)
     assert set(rows) == {"set.7z::a.rep", "set.7z::b.rep", "set.7z::c.rep", "set.7z::notes.txt"}
     assert rows["set.7z::a.rep"] == (GAMES[0], None, None)
     assert rows["set.7z::c.rep"] == (GAMES[2], None, None)
@@ -157,7 +142,7 @@ def test_7z_undecodable_stream_records_each_member_it_loses(tmp_path):
     for k in range(40, 60):  # early in the packed stream, past the 32-byte signature header
         raw[k] ^= 0xA5
     path.write_bytes(bytes(raw))
-    rows = _rows(path, tmp_path)
+    rows = archive_rows(path, tmp_path, REPLAY)
     assert set(rows) == {"set.7z::a.rep", "set.7z::b.rep", "set.7z::c.rep"}
     assert all(data is None and error.startswith("the 7z data cannot be decoded up to this member: ")
                for data, error, _ in rows.values()), rows
@@ -166,7 +151,7 @@ def test_7z_undecodable_stream_records_each_member_it_loses(tmp_path):
 def test_unopenable_archive_is_one_input(tmp_path):
     for name in ("x.zip", "x.tar", "x.7z", "x.tar.gz"):
         (tmp_path / name).write_bytes(b"not an archive at all" * 10)
-        rows = _rows(tmp_path / name, tmp_path)
+        rows = archive_rows(tmp_path / name, tmp_path, REPLAY)
         kind = {"x.zip": "zip", "x.7z": "7z"}.get(name, "archive")
         assert list(rows) == [f"{name}::{REST}"], rows
         assert rows[f"{name}::{REST}"][1].startswith(f"the {kind} cannot be opened: "), rows
@@ -179,7 +164,7 @@ def test_fuzzed_archives_never_stop_the_reader(tmp_path, kind):
     clean = tmp_path / f"clean.{kind}"
     members = {"a.rep": GAMES[0], "notes.txt": b"gg", "b.rep": GAMES[1]}
     if kind == "zip":
-        _zip(clean, members, zipfile.ZIP_DEFLATED)
+        write_zip(clean, members, zipfile.ZIP_DEFLATED)
     elif kind == "7z":
         _7z(clean, members)
     else:
@@ -187,7 +172,7 @@ def test_fuzzed_archives_never_stop_the_reader(tmp_path, kind):
     for trial, damaged in enumerate(damaged_copies(clean.read_bytes(), kind, 40, max_changes=8)):
         path = tmp_path / f"fuzz{trial}.{kind}"
         path.write_bytes(damaged)
-        rows = _rows(path, tmp_path)
+        rows = archive_rows(path, tmp_path, REPLAY)
         assert rows and all((data is None) != (error is None and reason is None)
                             for data, error, reason in rows.values())
 
@@ -199,7 +184,7 @@ def test_ids_are_paths_below_the_input_and_an_archive_in_a_folder_carries_it(tmp
     (tmp_path / "readme.md").write_text("hi")
     rows = {}
     for name in ("sub/set.tar.gz", "sub/b.REP", "readme.md"):
-        rows |= _rows(tmp_path / name, tmp_path)
+        rows |= archive_rows(tmp_path / name, tmp_path, REPLAY)
     assert rows == {"sub/set.tar.gz::games/a.rep": (GAMES[0], None, None),
                     "sub/set.tar.gz::games/notes.txt": (None, None, NOT_A_REPLAY),
                     "sub/b.REP": (GAMES[1], None, None), "readme.md": (None, None, NOT_A_REPLAY)}
@@ -256,34 +241,6 @@ def test_a_tar_gz_is_decompressed_once_with_one_member_in_memory(tmp_path, monke
     assert peak < (1 << 20) + 3 * largest < sum(map(len, members.values())), (peak, largest)
 
 
-class _CutFile:
-    """A random-access store file whose reads fail past ``limit`` bytes (a store that stops answering)."""
-
-    def __init__(self, data: bytes, limit: int):
-        self.data, self.limit, self.at = data, limit, 0
-
-    def read(self, size: int = -1) -> bytes:
-        if self.at >= self.limit:
-            raise OSError("AWS Error NETWORK_CONNECTION: curlCode: 56, Failure when receiving data from the peer")
-        size = len(self.data) - self.at if size is None or size < 0 else size
-        chunk = self.data[self.at:min(self.at + size, self.limit)]
-        self.at += len(chunk)
-        return chunk
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self.at = offset if whence == 0 else len(self.data) + offset if whence == 2 else self.at + offset
-        return self.at
-
-    def tell(self) -> int:
-        return self.at
-
-    def close(self) -> None:
-        pass
-
-
 @pytest.mark.parametrize("kind", ["zip", "tar", "tar.gz", "7z"])
 def test_a_store_that_fails_mid_archive_raises_instead_of_damaging_it(tmp_path, monkeypatch, kind):
     """The same cut made by the store raises ``StorageError`` (the job re-reads the work item, or stops); made in
@@ -291,7 +248,7 @@ def test_a_store_that_fails_mid_archive_raises_instead_of_damaging_it(tmp_path, 
     path = tmp_path / f"set.{kind}"
     members = {name: bytes(range(256)) * 64 + bytes([i]) for i, name in enumerate(("a.rep", "b.rep", "c.rep"))}
     if kind == "zip":
-        _zip(path, members)
+        write_zip(path, members)
     elif kind == "7z":
         _7z(path, members, filters=[{"id": py7zr.FILTER_COPY}])
     else:
@@ -299,10 +256,10 @@ def test_a_store_that_fails_mid_archive_raises_instead_of_damaging_it(tmp_path, 
     data = path.read_bytes()
     limit = len(data) // 2
     no_wait = storage.RetryPolicy(attempts=2, base_s=0.0, cap_s=0.0)
-    monkeypatch.setattr(storage, "open_input", lambda uri: storage._Guarded(_CutFile(data, limit), uri, no_wait))
+    monkeypatch.setattr(storage, "open_input", lambda uri: storage._Guarded(CutFile(data, limit), uri, no_wait))
     with pytest.raises(storage.StorageError, match=f"read .*set.{kind} failed after 2 attempts: OSError: AWS Error"):
         list(iter_path(str(path), str(tmp_path), REPLAY))
     monkeypatch.undo()
     path.write_bytes(data[:limit])
-    rows = _rows(path, tmp_path)
+    rows = archive_rows(path, tmp_path, REPLAY)
     assert any(error is not None for _, error, _ in rows.values()), rows

@@ -3,32 +3,16 @@
 
 from __future__ import annotations
 
-import zipfile
+from conftest import archive_rows, write_zip
 
-from pipelines.archives import iter_path
 from pipelines.inputs import NOT_A_REPLAY, list_files
 from pipelines.melee.archives import REPLAY
 
 GAMES = [bytes([i]) * 3000 + b"replay %d" % i for i in range(3)]  # what the reader sees; parsing is not its job
 
 
-def _rows(path, root) -> dict[str, tuple]:
-    """input id → (bytes, read error, filter reason), in the order read."""
-    rows = {}
-    for m in iter_path(str(path), str(root), REPLAY):
-        assert m.input_id not in rows, f"{m.input_id} read twice"
-        rows[m.input_id] = (m.data, m.read_error, m.filter_reason)
-    return rows
-
-
-def _zip(path, members: dict[str, bytes], compression=zipfile.ZIP_STORED):
-    with zipfile.ZipFile(path, "w", compression=compression) as archive:
-        for name, data in members.items():
-            archive.writestr(name, data)
-
-
 def test_not_a_replay_is_counted_and_suffixes_ignore_case(tmp_path):
-    _zip(tmp_path / "set.ZIP", {"notes.txt": b"gg", "dir/": b"", "dir/GAME.SLP": GAMES[0], "x.Slp": GAMES[1]})
+    write_zip(tmp_path / "set.ZIP", {"notes.txt": b"gg", "dir/": b"", "dir/GAME.SLP": GAMES[0], "x.Slp": GAMES[1]})
     (tmp_path / "LOUD.SLP").write_bytes(GAMES[2])
     (tmp_path / "readme.md").write_text("hi")
     (tmp_path / ".cache" / "huggingface" / "download").mkdir(parents=True)  # --download's own bookkeeping
@@ -37,7 +21,7 @@ def test_not_a_replay_is_counted_and_suffixes_ignore_case(tmp_path):
     assert listed == ["LOUD.SLP", "readme.md", "set.ZIP"]  # every file, sorted
     rows = {}
     for path in list_files(str(tmp_path), None):
-        rows |= _rows(path, tmp_path)
+        rows |= archive_rows(path, tmp_path, REPLAY)
     assert rows == {
         "LOUD.SLP": (GAMES[2], None, None),
         "readme.md": (None, None, NOT_A_REPLAY),

@@ -11,7 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import shared_data
+from conftest import CutFile, shared_data
 
 from pipelines import parse_replays, stages
 from pipelines.parse_replays import ParseConfig, read_item, run, store_failure, version_spec
@@ -59,34 +59,6 @@ def test_a_store_that_keeps_failing_stops_the_job_or_is_an_accepted_loss():
     rows = read_item(Flaky(failures=99), {"id": "a.json.lz4"}, max_unreadable=1, policy=NO_WAIT)
     assert [(r["input_id"], r["payload"], r["read_error"]) for r in rows] == [("a.json.lz4", None, None)]
     assert "SLOW_DOWN" in rows[0]["lost"]
-
-
-class CutFile:
-    """A random-access store file whose reads fail past ``limit`` bytes (a store that stops answering)."""
-
-    def __init__(self, data: bytes, limit: int):
-        self.data, self.limit, self.at = data, limit, 0
-
-    def read(self, size: int = -1) -> bytes:
-        if self.at >= self.limit:
-            raise OSError("AWS Error NETWORK_CONNECTION: curlCode: 56, Failure when receiving data from the peer")
-        size = len(self.data) - self.at if size is None or size < 0 else size
-        chunk = self.data[self.at:min(self.at + size, self.limit)]
-        self.at += len(chunk)
-        return chunk
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self.at = offset if whence == 0 else len(self.data) + offset if whence == 2 else self.at + offset
-        return self.at
-
-    def tell(self) -> int:
-        return self.at
-
-    def close(self) -> None:
-        pass
 
 
 def test_an_archive_cut_by_the_store_is_not_a_damaged_archive(tmp_path, monkeypatch):
