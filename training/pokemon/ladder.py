@@ -20,24 +20,23 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import csv
 import functools
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import matplotlib
 import numpy as np
 from poke_env import AccountConfiguration, ServerConfiguration
 from poke_env.player import MaxBasePowerPlayer, RandomPlayer, SimpleHeuristicsPlayer
 
 from pipelines.cli import command_config
 from pipelines.console import eta_s, progress_line
+from shards_schema import storage
 from training.pokemon.evaluate import RotatingTeambuilder, export_teams, wilson_interval
 from training.pokemon.player import load_player
 from training.pokemon.showdown_server import showdown_server
+from tune import sweeps
 
 BUILTIN = {"random": ("RandomPlayer", RandomPlayer), "maxbp": ("MaxBasePowerPlayer", MaxBasePowerPlayer),
            "heuristic": ("SimpleHeuristicsPlayer", SimpleHeuristicsPlayer)}
@@ -63,7 +62,8 @@ class LadderConfig:
     """Configuration of a ladder run.
 
     Attributes:
-        out: folder for matches.csv, matrix.csv, elo.csv and ladder.png (created; files in it are replaced).
+        out: folder for matches.csv, matrix.csv, elo.csv and ladder.png, a local path or a URI (files in it are
+            replaced).
         port: port of the local Showdown server (bound to 127.0.0.1, stopped by PID at the end).
         checkpoints: policies to enter (each a checkpoint folder, its state.pt, a run folder or a URI, as evaluate.py
             takes them); each is named by its path.
@@ -335,20 +335,14 @@ def elo_rows(records: list[dict], entrants: list[Entrant], cfg: LadderConfig) ->
     return out
 
 
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: f"{v:.4f}" if isinstance(v, float) else v for k, v in row.items()})
+def _rounded(rows: list[dict]) -> list[dict]:
+    """Floats to 4 decimals: the CSVs' precision (win rates, intervals, ratings)."""
+    return [{k: f"{v:.4f}" if isinstance(v, float) else v for k, v in row.items()} for row in rows]
 
 
-def _plot(path: Path, matrix: list[dict], entrants: list[Entrant], formats: list[str]) -> None:
-    # pyplot here, not at the top: the backend is chosen before pyplot is first imported (files only, no display
-    # on a cluster node or in CI), and only by a caller that draws; pyplot is also 0.8 s to import
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def _plot(matrix: list[dict], entrants: list[Entrant], formats: list[str]) -> bytes:
+    """The win-rate matrices as one PNG."""
+    plt = sweeps.pyplot()
     names = [e.name for e in entrants]
     fig, axes = plt.subplots(1, len(formats), figsize=(2.2 + 1.4 * len(names) * len(formats), 1.2 + 1.1 * len(names)),
                              squeeze=False)
@@ -367,8 +361,8 @@ def _plot(path: Path, matrix: list[dict], entrants: list[Entrant], formats: list
         ax.set_yticks(range(len(names)), short, fontsize=8)
         ax.set_title(f"{fmt}: row's win rate vs column", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    fig.set_dpi(120)
+    return sweeps.png_bytes(fig)
 
 
 def _cell(m: dict) -> str:
@@ -398,12 +392,10 @@ def run(cfg: LadderConfig, *, log=print) -> dict:
     matches = match_rows(records, entrants)
     matrix = matrix_rows(matches, entrants)
     elo = elo_rows(records, entrants, cfg)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    _write_csv(out / "matches.csv", matches)
-    _write_csv(out / "matrix.csv", matrix)
-    _write_csv(out / "elo.csv", elo)
-    _plot(out / "ladder.png", matrix, entrants, cfg.formats)
+    out = storage.normalize(cfg.out)  # a local folder or a URI: files go through the store
+    for name, rows in (("matches.csv", matches), ("matrix.csv", matrix), ("elo.csv", elo)):
+        sweeps.write_csv(storage.join(out, name), _rounded(rows))
+    storage.write_bytes(storage.join(out, "ladder.png"), _plot(matrix, entrants, cfg.formats))
     print_tables(matrix, elo, entrants, cfg.formats, log)
     log(f"\nwrote matches.csv, matrix.csv, elo.csv, ladder.png to {out}")
     return {"matches": matches, "matrix": matrix, "elo": elo, "records": records}
