@@ -404,10 +404,12 @@ def test_a_node_lost_mid_job_leaves_the_bytes_of_a_clean_run_or_nothing(cluster,
     on the head, which has room for both; a group is cut from the inputs alone, so a re-read group is the same
     group, and its shards are written again under the same names. Takes the module's hidden node away: the last
     test of the module."""
-    bench = sorted(shared_data("pokemon", "bench_replays", "gen1ou").glob("*.json"))[:40]
+    bench = sorted(shared_data("pokemon", "bench_replays", "gen1ou").glob("*.json"))[:80]
     _upload(bench, f"{s3_bucket}/inputs/bench")
-    # 40 battles in 9 groups (--shard-size-mb 0.05: ~44 KB of inputs each). 0.3 CPU per parse actor: both fit on
-    # the head once the node is gone, and "SPREAD" places them one on each node while both have room.
+    # 80 battles in ~18 groups (--shard-size-mb 0.05: ~44 KB of inputs each): with 40 (9 groups) a CI run once
+    # finished before the hidden node's actor had parsed a group while the node still ran more, leaving no moment
+    # to kill it. 0.3 CPU per parse actor: both fit on the head once the node is gone, and "SPREAD" places them
+    # one on each node while both have room.
     args = ["--source", "showdown-json", "--input", f"{s3_bucket}/inputs/bench", "--shard-size-mb", "0.05",
             "--num-parse-actors", "2", "--cpus-per-actor", "0.3"]
     out, submission = f"{s3_bucket}/shards", f"node-loss-{uuid.uuid4().hex[:8]}"
