@@ -120,8 +120,8 @@ def test_from_scratch_the_encoder_travels_with_the_checkpoint_and_it_plays(ray_l
     from training.loop import latest_checkpoint
     from training.pokemon.evaluate import EvalConfig
     from training.pokemon.evaluate import run as evaluate
-    from training.pokemon.player import encoder_from_state
     from training.pokemon.selfplay import untrained_encoder
+    from training.pokemon.selfplay_player import encoder_from_state
     from training.pokemon.showdown_server import free_port
     from training.selfplay import SelfPlayConfig, run_to_end
     from training.selfplay_report import ReportConfig, report

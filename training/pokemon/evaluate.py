@@ -28,7 +28,7 @@ from poke_env.teambuilder import Teambuilder
 from pipelines.cli import command_config
 from pipelines.console import eta_s, progress_line
 from pipelines.pokemon.dex import node_env
-from training.pokemon.player import load_player
+from training.pokemon.players import load_player
 from training.pokemon.showdown_server import showdown_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

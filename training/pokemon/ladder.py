@@ -34,7 +34,7 @@ from pipelines.cli import command_config
 from pipelines.console import eta_s, progress_line
 from shards_schema import storage
 from training.pokemon.evaluate import RotatingTeambuilder, export_teams, wilson_interval
-from training.pokemon.player import load_player
+from training.pokemon.players import load_player
 from training.pokemon.showdown_server import showdown_server
 from tune import sweeps
 

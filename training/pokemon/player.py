@@ -4,28 +4,25 @@ one from a checkpoint.
 The player sees exactly what the policy was trained on: the protocol lines and ``|request|`` JSON the server sends go
 through the project's tracker and observation spec (``pipelines/pokemon``), as the ``generated`` source's
 first-person trajectories do. ``PolicyPlayer`` plays an offline-RL policy's most likely legal action;
-``SelfPlayPlayer`` chooses with a self-play policy (``models/ppo_policy.RecurrentPolicy``) on top of a frozen
-offline-RL policy's turn features and records its own decisions for PPO. ``training/pokemon/evaluate.py`` judges
-either in battles; ``training/pokemon/selfplay.py`` trains the second.
+``training/pokemon/selfplay_player.SelfPlayPlayer`` extends it for self-play, and ``training/pokemon/players``
+builds either from a checkpoint.
 """
 
 from __future__ import annotations
 
 import collections
-import dataclasses
-import functools
 
 import numpy as np
 import torch
 from poke_env.player import Player
 
-from models.pokemon_policy import PokemonPolicy, PolicyConfig, check_inputs, fold_actions
+from models.pokemon_policy import check_inputs, fold_actions
 from pipelines.errors import InputError
 from pipelines.pokemon.dex import gen_of_format, load_dex, to_id
 from pipelines.pokemon.observation import observe
 from pipelines.pokemon.pov import Decision
 from pipelines.pokemon.tracker import BattleTracker
-from training.checkpoints import CheckpointError, config_from_dict, live_identity, read_checkpoint
+from training.checkpoints import live_identity, read_checkpoint
 from training.registry import POKEMON_OBSERVATION
 
 
@@ -120,69 +117,6 @@ class PolicyPlayer(Player):
         return self._fallback(battle, f"action {action} has no matching order")
 
 
-class SelfPlayPlayer(PolicyPlayer):
-    """Chooses with the self-play policy over the offline-RL policy's turn features; records its decisions."""
-
-    def __init__(self, bc_model, context: int, policy, *args, record: bool = True, greedy: bool = False,
-                 seed: int = 0, **kwargs):
-        super().__init__(bc_model, context, *args, **kwargs)
-        self.policy, self.record, self.greedy = policy.eval(), record, greedy
-        self.states: dict[str, tuple] = {}
-        self.steps: dict[str, list[dict]] = {}
-        self.finished: list[tuple] = []  # (decisions, result, (knockouts dealt, taken), opponent)
-        self.opponent = None  # the league's Opponent of the battles now being played
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def select(self, battle, tokens, numeric, legal) -> int:
-        tag, window = battle.battle_tag, self.policy.cfg.opponent_window
-        with torch.no_grad():
-            features = self.model.features(tokens, numeric, torch.ones(legal.shape[:2], dtype=torch.bool))[0]
-            past = features[:-1][-window:]  # (≤ N, d): its earlier turns, what the opponent did shows in them
-            opponent = torch.zeros(window, features.shape[-1])
-            valid = torch.zeros(window, dtype=torch.bool)
-            if len(past):
-                opponent[window - len(past):], valid[window - len(past):] = past, True
-            start = tag not in self.states
-            state = self.states.get(tag) or self.policy.initial_state(1)
-            out = self.policy.step(features[-1][None], opponent[None], valid[None], torch.tensor([start]),
-                                   legal[0, -1][None], state)
-            probs = torch.softmax(out.logits[0, 0].float(), -1)
-            # greedy: evaluation, as PolicyPlayer (the same choice as the offline-RL policy at step 0)
-            action = int(probs.argmax()) if self.greedy else int(torch.multinomial(probs, 1,
-                                                                                     generator=self.generator))
-        self.states[tag] = out.state
-        if self.record:
-            self.steps.setdefault(tag, []).append({
-                "obs": features[-1], "opponent": opponent, "opponent_valid": valid, "legal": legal[0, -1],
-                "episode_start": start, "actions": action, "logp": torch.log(probs[action]),
-                "values": out.values[0, 0], "h": state[0][0], "c": state[1][0]})
-        return action
-
-    def _battle_finished_callback(self, battle):
-        steps = self.steps.pop(battle.battle_tag, [])
-        self.states.pop(battle.battle_tag, None)
-        if self.record and steps:
-            result = 1.0 if battle.won else -1.0 if battle.lost else 0.0
-            knockouts = (sum(mon.fainted for mon in battle.opponent_team.values()),
-                         sum(mon.fainted for mon in battle.team.values()))
-            self.finished.append((steps, result, knockouts, self.opponent))
-        super()._battle_finished_callback(battle)
-
-
-def encoder_state(model, context: int, source: str) -> dict:
-    """The frozen turn encoder as a self-play checkpoint keeps it (``extra["encoder"]``): evaluation and resume
-    rebuild it from the checkpoint alone, whatever became of ``--policy-init``."""
-    return {"model_config": dataclasses.asdict(model.cfg), "model": model.state_dict(), "context": int(context),
-            "source": source}
-
-
-def encoder_from_state(state: dict):
-    """(frozen encoder, context) from ``encoder_state``'s dict."""
-    model = PokemonPolicy(config_from_dict(PolicyConfig, state["model_config"]))
-    model.load_state_dict(state["model"])
-    return model.eval().requires_grad_(False), int(state["context"])
-
-
 def checked_policy(ckpt):
     """(model, context) of a loaded ``pokemon_policy`` checkpoint, refused when it reads another observation spec or
     vocabulary than this code makes."""
@@ -195,19 +129,3 @@ def load_policy(path: str, device: str = "cpu"):
     the checkpoint alone; refused when it reads another observation spec or vocabulary than this code makes."""
     model, context = checked_policy(read_checkpoint(path, device, kind="pokemon_policy"))
     return model.to(device), context
-
-
-def load_player(path: str):
-    """A function (account, **poke-env player options) → a player of the policy in a checkpoint (its folder or
-    ``state.pt``, a path or a URI): an offline-RL policy (``pokemon_policy``) or a self-play policy
-    (``pokemon_selfplay``, on the frozen encoder its checkpoint holds), both choosing their most likely legal
-    action. Refused when the checkpoint reads another observation spec or vocabulary than this code makes."""
-    ckpt = read_checkpoint(path)
-    if ckpt.kind == "pokemon_policy":
-        return functools.partial(PolicyPlayer, *checked_policy(ckpt))
-    if ckpt.kind == "pokemon_selfplay":
-        ckpt.check_features(live_identity(POKEMON_OBSERVATION))
-        encoder, context = encoder_from_state(ckpt.extra["encoder"])
-        return functools.partial(SelfPlayPlayer, encoder, context, ckpt.build_model(), record=False, greedy=True)
-    raise CheckpointError(f"{path} holds a {ckpt.kind} model; evaluate.py plays pokemon_policy and "
-                          "pokemon_selfplay checkpoints")

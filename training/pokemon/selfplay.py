@@ -1,10 +1,10 @@
 """Self-play in real Pokémon battles: poke-env players on a local Showdown server (127.0.0.1, an explicit port,
 stopped by PID), the learner playing with the self-play policy on top of a frozen offline-RL policy's turn features.
 
-The learner's player (``training/pokemon/player.SelfPlayPlayer``) sees exactly what evaluation sees (the server's
-protocol through the project's tracker and observation spec); per turn it reads the offline-RL policy's features of its
-battle so far (frozen), the features of its previous turns as the opponent's recent behaviour (what the opponent did
-shows in them), and chooses with ``models/ppo_policy.RecurrentPolicy``, keeping one LSTM state per battle. It
+The learner's player (``training/pokemon/selfplay_player.SelfPlayPlayer``) sees exactly what evaluation sees (the
+server's protocol through the project's tracker and observation spec); per turn it reads the offline-RL policy's
+features of its battle so far (frozen), the features of its previous turns as the opponent's recent behaviour (what
+the opponent did shows in them), and chooses with ``models/ppo_policy.RecurrentPolicy``, keeping one LSTM state per battle. It
 records its own decisions only. Reward: +1 a win, -1 a loss, 0 a tie, at the battle's last decision (terminal).
 
 A battle is an episode of its own length; ``PokemonRunner.collect`` lays finished battles one per column, padded
@@ -31,7 +31,7 @@ from pipelines.pokemon.observation import vocabulary
 from shards_schema import storage
 from shards_schema.pokemon import CODE_VERSIONS as POKEMON_TURNS
 from training.checkpoints import live_identity, read_checkpoint
-from training.pokemon.player import SelfPlayPlayer, encoder_from_state, encoder_state
+from training.pokemon.selfplay_player import SelfPlayPlayer, encoder_from_state, encoder_state
 from training.pokemon.showdown_server import free_port, showdown_server
 from training.ppo import Rollout
 from training.registry import POKEMON_OBSERVATION
