@@ -5,7 +5,8 @@ The learner's player (``training/pokemon/selfplay_player.SelfPlayPlayer``) sees 
 server's protocol through the project's tracker and observation spec); per turn it reads the offline-RL policy's
 features of its battle so far (frozen), the features of its previous turns as the opponent's recent behaviour (what
 the opponent did shows in them), and chooses with ``models/ppo_policy.RecurrentPolicy``, keeping one LSTM state per
-battle. It records its own decisions only. Reward: +1 a win, -1 a loss, 0 a tie, at the battle's last decision (terminal).
+battle. It records its own decisions only. Reward: +1 a win, -1 a loss, 0 a tie, at the battle's last decision
+(terminal).
 
 A battle is an episode of its own length; ``PokemonRunner.collect`` lays finished battles one per column, padded
 at the end, with ``Rollout.mask`` False on the padding.
