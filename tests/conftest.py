@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import random
 import secrets
@@ -10,6 +11,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import psutil
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -217,3 +219,25 @@ def copy_tree(src: str, dst: str) -> None:
 
     for uri in storage.list_files(str(src)):
         storage.write_bytes(storage.join(dst, storage.relative(uri, str(src))), storage.read_bytes(uri))
+
+
+def listening_sockets(pid: int) -> list[tuple[str, str, int]]:
+    """(process name, host, port) of every listening TCP socket of process ``pid`` and the processes under it."""
+    root = psutil.Process(pid)
+    found = []
+    for proc in [root] + root.children(recursive=True):
+        try:
+            name = proc.name()
+            found += [(name, c.laddr.ip, c.laddr.port) for c in proc.net_connections(kind="inet")
+                      if c.status == psutil.CONN_LISTEN]
+        except psutil.NoSuchProcess:  # a worker that exited while we looked
+            continue
+    return found
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a socket bound to ``host`` can be reached from this machine only."""
+    ip = ipaddress.ip_address(host)
+    if ip.version == 6 and ip.ipv4_mapped is not None:  # `::ffff:127.0.0.1`: an IPv6 socket bound to IPv4 loopback
+        ip = ip.ipv4_mapped
+    return ip.is_loopback

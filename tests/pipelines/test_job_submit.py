@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, shared_data
+from conftest import REPO_ROOT, is_loopback, listening_sockets, shared_data
 from ray_nodes import RAY_BIN, start_head, stop, submit_job
 from ray_nodes import http_status as _get
 
@@ -42,14 +42,12 @@ def ray_head():
 
 
 def test_head_refuses_requests_without_the_token_and_listens_on_loopback(ray_head):
-    from test_security_ray import _is_loopback, listening_sockets
-
     address, _, token, pid = ray_head
     assert _get(f"{address}/api/jobs/", token) == 200
     assert _get(f"{address}/api/jobs/") == 401
     assert _get(f"{address}/api/jobs/", "0" * len(token)) == 403
     listening = listening_sockets(pid)
-    assert listening and all(_is_loopback(host) for _, host, _ in listening), listening
+    assert listening and all(is_loopback(host) for _, host, _ in listening), listening
 
 
 def test_ray_job_submit(ray_head, tmp_path):

@@ -5,7 +5,6 @@ Ray 2.60's GCS, raylet and core-worker servers accept connections from any inter
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import subprocess
@@ -14,7 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, is_loopback
 
 # One harmless read per Ray gRPC service that a local instance serves; Pull is only ever sent without a token, so
 # Ray refuses it before its handler runs.
@@ -44,29 +43,6 @@ for proc in [me] + me.children(recursive=True):
 print("SOCKETS " + json.dumps(sockets), flush=True)
 sys.stdin.readline()
 """
-
-
-def listening_sockets(pid: int) -> list[tuple[str, str, int]]:
-    """(process name, host, port) of every listening TCP socket of process ``pid`` and the processes under it."""
-    import psutil
-
-    root = psutil.Process(pid)
-    found = []
-    for proc in [root] + root.children(recursive=True):
-        try:
-            name = proc.name()
-            found += [(name, c.laddr.ip, c.laddr.port) for c in proc.net_connections(kind="inet")
-                      if c.status == psutil.CONN_LISTEN]
-        except psutil.NoSuchProcess:  # a worker that exited while we looked
-            continue
-    return found
-
-
-def _is_loopback(host: str) -> bool:
-    ip = ipaddress.ip_address(host)
-    if ip.version == 6 and ip.ipv4_mapped is not None:  # `::ffff:127.0.0.1`: an IPv6 socket bound to IPv4 loopback
-        ip = ip.ipv4_mapped
-    return ip.is_loopback
 
 
 def _call(port: int, method: str, token: str | None = None) -> str:
@@ -115,8 +91,8 @@ def test_local_job_listens_on_loopback_and_refuses_calls_without_the_token(tmp_p
                 refused.setdefault(sock["name"], []).append(sock["port"])
             else:
                 # not a Ray gRPC server (HTTP agents, metrics): only tolerable where nothing outside can connect
-                assert _is_loopback(sock["host"]), f"{sock} listens beyond loopback and is not a Ray core server"
-            assert _is_loopback(sock["host"]), f"{sock}: a local job's servers listen on 127.0.0.1 only"
+                assert is_loopback(sock["host"]), f"{sock} listens beyond loopback and is not a Ray core server"
+            assert is_loopback(sock["host"]), f"{sock}: a local job's servers listen on 127.0.0.1 only"
         assert {"gcs_server", "raylet", "python"} <= set(refused), (refused, sockets)  # the driver is "python"
         gcs_port = refused["gcs_server"][0]
         assert _call(gcs_port, GCS_METHOD, token) == "OK"  # the token opens what the probes were refused

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import socket
 
+import psutil
 import pytest
-from conftest import needs_simulator
+from conftest import is_loopback, listening_sockets, needs_simulator
 
 pytestmark = needs_simulator
 
@@ -35,15 +36,12 @@ def test_local_server_plays_poke_env_battles(tmp_path):
 def _assert_listens_on_loopback_only(port: int) -> None:
     """Every listening socket of the server on ``port`` and of the processes under it is bound to loopback (it runs
     with --no-security: anyone who reached it could log in as anyone)."""
-    import psutil
-    from test_security_ray import _is_loopback, listening_sockets
-
     pids = {c.pid for c in psutil.net_connections(kind="inet")
             if c.laddr.port == port and c.status == psutil.CONN_LISTEN}
     assert pids, f"nothing listens on {port}"
     listening = [s for pid in pids for s in listening_sockets(pid)]
     assert port in {p for _, _, p in listening}, listening  # the list holds the server's own socket
-    assert all(_is_loopback(host) for _, host, _ in listening), listening
+    assert all(is_loopback(host) for _, host, _ in listening), listening
 
 
 def test_exported_ou_teams_are_packed_and_validated():
