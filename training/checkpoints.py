@@ -204,13 +204,14 @@ def state_file(uri: str | Path) -> str:
     return state
 
 
-def load_state(path, device="cpu") -> dict:
+def load_state(path, device="cpu", *, data: bytes | None = None) -> dict:
     """A ``state.pt`` read with ``torch.load(weights_only=True)``: tensors, dicts, lists, tuples, numbers and strings
     only. A pickle may name any callable for the reader to call (``__reduce__``), so a checkpoint handed to
     ``evaluate.py`` or ``--resume`` could otherwise run code; checkpoints here hold nothing else (configs as
-    ``dataclasses.asdict``, RNG states from ``rng_state``)."""
+    ``dataclasses.asdict``, RNG states from ``rng_state``). ``data``: the file's bytes, already read."""
     try:  # through storage: a checkpoint on S3 is read by whichever node resumes
-        return torch.load(io.BytesIO(storage.read_bytes(str(path))), map_location=device, weights_only=True)
+        data = storage.read_bytes(str(path)) if data is None else data
+        return torch.load(io.BytesIO(data), map_location=device, weights_only=True)
     except pickle.UnpicklingError as err:
         # torch's message is several paragraphs; its "WeightsUnpickler error: Unsupported global: ..." line names
         # what the file asked for

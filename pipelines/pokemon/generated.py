@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -32,8 +33,10 @@ class GeneratedConfig:
     Attributes:
         num_battles: battles per format.
         seed: seed of every battle.
-        p1: policy of player 1 (random or heuristic).
-        p2: policy of player 2 (random or heuristic).
+        p1: player 1: a scripted policy (random or heuristic) or a ``pokemon_policy`` checkpoint (its
+            folder, its state.pt, a trainer's run folder for its newest checkpoint; a path or a URI) that plays its
+            most likely legal action through the simulator's stream, as it plays on a server.
+        p2: player 2, as p1.
         battles_per_chunk: battles per simulator process.
     """
 
@@ -44,8 +47,8 @@ class GeneratedConfig:
     battles_per_chunk: int = 25
 
     def __post_init__(self):
-        if self.p1 not in POLICIES or self.p2 not in POLICIES:
-            raise ValueError(f"--p1/--p2 must be one of {POLICIES}")
+        if not self.p1 or not self.p2:
+            raise ValueError(f"--p1/--p2 must name a policy ({', '.join(POLICIES)}) or a checkpoint")
         if self.num_battles < 0 or self.battles_per_chunk < 1:
             raise ValueError("need --num-battles >= 0 and --battles-per-chunk >= 1")
 
@@ -93,18 +96,53 @@ def generator_revision() -> str:
     return f"pokemon-showdown@{SHOWDOWN_VERSION}+generator-{digest.hexdigest()[:12]}"
 
 
-def generate(chunk: dict, showdown: str | None = None) -> Iterator[tuple[str, bytes]]:
-    """Run the simulator for one chunk; yields (battle id, raw JSON line) per battle, in index order."""
+def node_policy(policy: str) -> str:
+    """The generator's ``--p1``/``--p2`` for a player: a scripted policy by name, ``remote`` for a checkpoint (this
+    process answers its requests)."""
+    return policy if policy in POLICIES else "remote"
+
+
+def generate(chunk: dict, showdown: str | None = None, players: dict | None = None) -> Iterator[tuple[str, bytes]]:
+    """Run the simulator for one chunk; yields (battle id, raw JSON line) per battle, in index order. ``players``:
+    slot → the ``StreamPlayer`` that answers a checkpoint's requests (``training/pokemon/player.stream_player``)."""
     cmd = ["node", str(GENERATOR), "--format", chunk["format"], "--num-battles", str(chunk["num_battles"]),
-           "--seed", str(chunk["seed"]), "--first-index", str(chunk["first_index"]), "--p1", chunk["p1"],
-           "--p2", chunk["p2"]]
-    proc = subprocess.run(cmd, capture_output=True, env=node_env(showdown), check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"battle generator failed ({proc.returncode}): {proc.stderr.decode()[-2000:]}")
-    for line in proc.stdout.splitlines():
+           "--seed", str(chunk["seed"]), "--first-index", str(chunk["first_index"]),
+           "--p1", node_policy(chunk["p1"]), "--p2", node_policy(chunk["p2"])]
+    if not players:
+        proc = subprocess.run(cmd, capture_output=True, env=node_env(showdown), check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"battle generator failed ({proc.returncode}): {proc.stderr.decode()[-2000:]}")
+        lines = proc.stdout.splitlines()
+    else:
+        lines = _answer_asks(cmd, showdown, players, chunk["format"])
+    for line in lines:
         if line.strip():
             battle_id = json.loads(line)["battle_id"]
             yield battle_id, line
+
+
+def _answer_asks(cmd: list[str], showdown: str | None, players: dict, fmt: str) -> list[bytes]:
+    """Run the generator with remote players: each ``{"ask": ...}`` line it writes is answered on its stdin by the
+    side's player, before the battle can go on; the other lines are battle records, returned."""
+    records = []
+    with tempfile.TemporaryFile() as errors, subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                             stderr=errors, env=node_env(showdown)) as proc:
+        for line in proc.stdout:
+            if line.startswith(b'{"ask":'):
+                ask = json.loads(line)
+                choice = players[ask["side"]].answer(ask, fmt)
+                proc.stdin.write(json.dumps({"ask": ask["ask"], "choice": choice}).encode() + b"\n")
+                proc.stdin.flush()
+            elif line.strip():
+                records.append(line.rstrip(b"\n"))
+                for player in players.values():
+                    player.forget(json.loads(line)["battle_id"])
+        proc.stdin.close()
+        returncode = proc.wait()
+        errors.seek(0)
+        if returncode != 0:
+            raise RuntimeError(f"battle generator failed ({returncode}): {errors.read().decode()[-2000:]}")
+    return records
 
 
 def parse(input_id: str, payload: bytes, dexes: dict[int, Dex], formats: frozenset[str] | None) -> tuple[
@@ -146,18 +184,40 @@ class GeneratedSource(Source):
     needs_input = False
     default_formats = ("gen9randombattle", "gen1ou")
     showdown: str | None = None
+    _pins: dict[str, tuple[str, str]] | None = None
+
+    def checkpoints(self) -> dict[str, tuple[str, str]]:
+        """slot → (state.pt, sha256) of each player that is a checkpoint, pinned once on the driver."""
+        if self._pins is None:
+            # torch and the policy load only when a checkpoint plays: importing them costs the parse CLI 1.7 s
+            from training.pokemon.player import pinned_checkpoint
+
+            g = self.options
+            self._pins = {slot: pinned_checkpoint(policy) for slot, policy in (("p1", g.p1), ("p2", g.p2))
+                          if policy not in POLICIES}
+        return self._pins
 
     def plan(self) -> Plan:
         g = self.options
         self.showdown = str(showdown_dir())  # found on the driver, handed to the read tasks with this source
+        self.checkpoints()
         items = [work_item(f"{c['format']}/{c['first_index']}+{c['num_battles']}", None,
                            estimate_bytes=c["num_battles"] * BATTLE_LOG_BYTES, inputs=c["num_battles"], **c)
                  for c in chunks(list(self.formats), g.num_battles, g.seed, g.p1, g.p2, g.battles_per_chunk)]
         return Plan(items, generator_revision())
 
     def read(self, item: dict) -> list[dict]:
-        return [read_row(bid, line) for bid, line in generate(item, self.showdown)]
+        players = None
+        if self._pins:
+            # as in checkpoints(): only a job with a checkpoint player pays for torch
+            from training.pokemon.player import stream_player
+
+            players = {slot: stream_player(*pin) for slot, pin in self._pins.items()}
+        return [read_row(bid, line) for bid, line in generate(item, self.showdown, players)]
 
     def output_config(self) -> dict:
         g = self.options
-        return {"num_battles": g.num_battles, "seed": g.seed, "p1": g.p1, "p2": g.p2}
+        out = {"num_battles": g.num_battles, "seed": g.seed, "p1": g.p1, "p2": g.p2}
+        for slot, (state, sha256) in self.checkpoints().items():  # the weights that played, whatever the path
+            out[f"{slot}_checkpoint"] = {"state": state, "sha256": sha256}
+        return out

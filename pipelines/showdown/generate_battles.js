@@ -24,7 +24,69 @@
 
 const crypto = require('crypto');
 const { BattleStream, getPlayerStreams, Dex, Teams, TeamValidator, PRNG } = require('pokemon-showdown');
-const { POLICIES, legalChoices } = require('./players');
+const readline = require('readline');
+const { POLICIES: SCRIPTED, legalChoices } = require('./players');
+
+// ---------------------------------------------------------------------------
+// Remote players: a policy outside this process chooses
+// ---------------------------------------------------------------------------
+
+/**
+ * The process that started the generator answers for a `remote` player (a trained policy in Python: see
+ * pipelines/pokemon/generated.py). Each request becomes one `{"ask": n, "battle", "side", "lines", "request"}`
+ * line on stdout, beside the battle records (which have no `ask` key); the answer comes back on stdin as
+ * `{"ask": n, "choice": "move 2"}` (`choice: null` takes the first legal choice). `lines` are the player-stream
+ * lines seen since the side's last ask, so the asker sees exactly what a scripted player's observe() sees.
+ */
+const asks = { next: 0, waiting: new Map(), reader: null };
+
+function remoteAnswers() {
+	if (!asks.reader) {
+		asks.reader = readline.createInterface({ input: process.stdin });
+		asks.reader.on('line', line => {
+			if (!line.trim()) return;
+			const answer = JSON.parse(line);
+			const resolve = asks.waiting.get(answer.ask);
+			if (!resolve) throw new Error(`answer to unknown ask ${answer.ask}`);
+			asks.waiting.delete(answer.ask);
+			resolve(answer.choice);
+		});
+		asks.reader.on('close', () => {
+			for (const [n, resolve] of asks.waiting) {
+				process.stderr.write(`ask ${n}: stdin closed before its answer\n`);
+				resolve(undefined);
+			}
+			asks.waiting.clear();
+		});
+	}
+	return asks;
+}
+
+class RemotePlayer {
+	/** @param {object} opts {battleId, side} */
+	constructor(opts) {
+		this.battleId = opts.battleId;
+		this.side = opts.side;
+		this.seen = [];
+		remoteAnswers();
+	}
+
+	observe(lines) {
+		for (const line of lines) this.seen.push(line);
+	}
+
+	choose(request, legal) {
+		const n = asks.next++;
+		const lines = this.seen;
+		this.seen = [];
+		return new Promise(resolve => {
+			asks.waiting.set(n, resolve);
+			void writeLine(JSON.stringify({ ask: n, battle: this.battleId, side: this.side, lines, request }));
+		}).then(choice => (choice === null ? legal[0].choice : choice));
+	}
+}
+
+const POLICIES = { ...SCRIPTED, remote: RemotePlayer };
 
 const MAX_TEAM_ATTEMPTS = 200;
 
@@ -48,7 +110,7 @@ function parseArgs(argv) {
 		if (arg.includes('=')) [arg, value] = [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)];
 		if (arg === '-h' || arg === '--help') {
 			process.stderr.write('usage: generate_battles.js --format F --num-battles N --seed S ' +
-				'--p1 heuristic|random --p2 heuristic|random [--first-index I] [--max-turns T]\n' +
+				`--p1 ${Object.keys(POLICIES).join('|')} --p2 ... [--first-index I] [--max-turns T]\n` +
 				'       generate_battles.js --format F --export-teams N --seed S [--first-index I]\n');
 			process.exit(0);
 		}
@@ -173,7 +235,7 @@ async function runBattle(opts, index) {
 		slot, stream: streams[slot], events: record.streams[slot], fail,
 		player: new POLICIES[opts[slot]]({
 			prng: new PRNG(deriveSeed(opts.seed, index, `${slot}-policy`).join(',')),
-			format: opts.format, side: slot,
+			format: opts.format, side: slot, battleId: record.battle_id,
 		}),
 	}));
 
@@ -256,6 +318,13 @@ async function drivePlayer({ slot, stream, events, player, fail }) {
 		} catch (err) {
 			process.stderr.write(`[${slot}] policy crashed (${err.stack}); using first legal choice\n`);
 		}
+		// A remote player answers later; a scripted one at once, with no tick between request and answer.
+		if (choice && typeof choice.then === 'function') return choice.then(c => settle(event, request, legal, c));
+		settle(event, request, legal, choice);
+		return null;
+	};
+
+	const settle = (event, request, legal, choice) => {
 		const allowed = request.teamPreview ? /^team \d+$/.test(choice || '') :
 			legal.some(c => c.choice === choice);
 		if (!allowed) {
@@ -290,7 +359,8 @@ async function drivePlayer({ slot, stream, events, player, fail }) {
 	for await (const chunk of stream) {
 		const lines = dropTimestamps(chunk);
 		if (lines.length === 1 && lines[0].startsWith('|request|')) {
-			onRequest(JSON.parse(lines[0].slice('|request|'.length)));
+			const answered = onRequest(JSON.parse(lines[0].slice('|request|'.length)));
+			if (answered) await answered;
 		} else if (lines.length === 1 && lines[0].startsWith('|error|')) {
 			onError(lines[0]);
 		} else if (lines.length && !(lines.length === 1 && lines[0] === '')) {
@@ -370,6 +440,7 @@ async function main() {
 		else if (!record.error) stats.ties++;
 		if (stats.battles % 50 === 0) process.stderr.write(`... ${stats.battles}/${opts.numBattles} battles\n`);
 	}
+	if (asks.reader) asks.reader.close();
 	const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
 	process.stderr.write(
 		`summary: format=${opts.format} battles=${stats.battles} ` +
