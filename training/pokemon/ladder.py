@@ -1,7 +1,8 @@
-"""A strength ladder: a round robin among poke-env's bots and any checkpoints on one local Showdown server, with a
-win-rate matrix (95% Wilson intervals) and Bradley-Terry ratings on the Elo scale (95% bootstrap intervals).
+"""A strength ladder: a round robin among poke-env's bots, the battle generator's scripted players and any
+checkpoints on one local Showdown server, with a win-rate matrix (95% Wilson intervals) and Bradley-Terry ratings on
+the Elo scale (95% bootstrap intervals).
 
-    python training/pokemon/ladder.py --out runs/ladder --port 8123
+    python training/pokemon/ladder.py --out runs/ladder --port 8123 --scripted heuristic search
     python training/pokemon/ladder.py --out runs/ladder --port 8123 --checkpoints runs/bc runs/ppo
     python training/pokemon/ladder.py --out runs/ladder --port 8123 --formats gen9randombattle --battles-per-pair 20
 
@@ -11,9 +12,10 @@ Every pair of entrants plays ``--battles-per-pair`` battles in each format, half
 play the same team pairs with the players exchanged. Writes ``matches.csv``, ``matrix.csv``, ``elo.csv`` and
 ``ladder.png`` under ``--out`` and prints the matrix and the ratings.
 
-An entrant is a name and a factory of poke-env players (``Entrant``): the built-in bots and checkpoints (loaded as
-``evaluate.py`` loads them) are the entrants today; the generator's scripted Node players
-(``pipelines/showdown/players.js``) are not in the ladder yet.
+An entrant is a name and a factory of poke-env players (``Entrant``): poke-env's bots (``--players``), the battle
+generator's scripted Node players (``--scripted``: ``node-random``, ``node-heuristic``, ``node-search``, the teachers
+of the ``generated`` source, through ``training/pokemon/scripted_player.py``) and checkpoints (loaded as
+``evaluate.py`` loads them).
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ from poke_env.player import MaxBasePowerPlayer, RandomPlayer, SimpleHeuristicsPl
 
 from pipelines.cli import command_config
 from pipelines.console import eta_s, progress_line
+from pipelines.pokemon.generated import POLICIES as SCRIPTED
 from shards_schema import storage
 from training.pokemon.evaluate import RotatingTeambuilder, export_teams, wilson_interval
 from training.pokemon.players import load_player
+from training.pokemon.scripted_player import ScriptedPlayer
 from training.pokemon.showdown_server import showdown_server
 from tune import sweeps
 
@@ -50,8 +54,8 @@ ELO_PER_NAT = 400.0 / math.log(10.0)
 @dataclass(frozen=True)
 class Entrant:
     """A ladder player: its name in the tables and a factory ``make(account, **poke-env player options)`` → a fresh
-    poke-env player (a player class, or ``load_player``'s function). A new kind of player (the generator's Node
-    players) joins the ladder as one more entrant."""
+    poke-env player (a player class, ``ScriptedPlayer`` with its policy, or ``load_player``'s function). A player
+    with a ``close()`` (a Node process) is closed when the ladder ends."""
 
     name: str
     make: Callable
@@ -68,6 +72,8 @@ class LadderConfig:
         checkpoints: policies to enter (each a checkpoint folder, its state.pt, a run folder or a URI, as evaluate.py
             takes them); each is named by its path.
         players: poke-env bots to enter: random (RandomPlayer, the rating anchor at 1000), maxbp, heuristic.
+        scripted: the battle generator's scripted players to enter (pipelines/showdown/players.js), each named
+            ``node-<policy>``.
         battles_per_pair: battles of each pair in each format, half with each player challenging (even).
         formats: formats to play: random formats use the server's teams, others (gen1ou, gen9ou) exported teams.
         concurrency: battles in flight per pair and half.
@@ -83,6 +89,7 @@ class LadderConfig:
     port: int
     checkpoints: list[str] = field(default_factory=list)
     players: list[str] = field(default_factory=lambda: list(BUILTIN))
+    scripted: list[str] = field(default_factory=list)
     battles_per_pair: int = 200
     formats: list[str] = field(default_factory=lambda: ["gen9randombattle", "gen1ou"])
     concurrency: int = 4
@@ -96,10 +103,13 @@ class LadderConfig:
         unknown = set(self.players) - set(BUILTIN)
         if unknown:
             raise ValueError(f"unknown --players {sorted(unknown)}; have {list(BUILTIN)}")
+        unknown = set(self.scripted) - set(SCRIPTED)
+        if unknown:
+            raise ValueError(f"unknown --scripted {sorted(unknown)}; the generator has {list(SCRIPTED)}")
         if "random" not in self.players:
             raise ValueError("--players must include random: RandomPlayer is the rating anchor")
-        if len(self.players) + len(self.checkpoints) < 2:
-            raise ValueError("a ladder needs at least two entrants (--players, --checkpoints)")
+        if len(self.players) + len(self.scripted) + len(self.checkpoints) < 2:
+            raise ValueError("a ladder needs at least two entrants (--players, --scripted, --checkpoints)")
         if self.battles_per_pair < 2 or self.battles_per_pair % 2:
             raise ValueError(f"--battles-per-pair {self.battles_per_pair} must be even and at least 2 (half each side)")
         if self.num_teams < 1 or self.concurrency < 1 or self.bootstrap_samples < 1:
@@ -201,8 +211,11 @@ def bootstrap_ratings(battles: np.ndarray, num_entrants: int, *, samples: int, s
 
 
 def entrants_of(cfg: LadderConfig) -> list[Entrant]:
-    """The built-in bots in ``BUILTIN``'s order (RandomPlayer first: the anchor), then the checkpoints."""
+    """The built-in bots in ``BUILTIN``'s order (RandomPlayer first: the anchor), the scripted players, then the
+    checkpoints."""
     out = [Entrant(BUILTIN[key][0], BUILTIN[key][1]) for key in BUILTIN if key in cfg.players]
+    out += [Entrant(f"node-{policy}", functools.partial(ScriptedPlayer, policy, seed=cfg.seed))
+            for policy in cfg.scripted]
     for path in cfg.checkpoints:
         name = path.rstrip("/")
         out.append(Entrant(name, load_player(path)))
@@ -264,6 +277,14 @@ async def _play(cfg: LadderConfig, entrants: list[Entrant], url: str, log) -> li
     # log out before the server stops, so no websocket is cut mid-frame
     clients = [p for h in halves for p in (h.challenger, h.opponent)]
     await asyncio.gather(*(c.ps_client.stop_listening() for c in clients), return_exceptions=True)
+    for k, entrant in enumerate(entrants):  # a scripted player's illegal or crashed choices (the first legal taken)
+        complaints = [line for h in halves for i, p in ((h.first, h.challenger), (h.second, h.opponent))
+                      if i == k and hasattr(p, "complaints") for line in p.complaints().splitlines()]
+        if complaints:
+            log(f"{entrant.name}: {len(complaints)} choices replaced by the first legal one, e.g. {complaints[0]}")
+    for client in clients:
+        if hasattr(client, "close"):
+            client.close()
     for k, entrant in enumerate(entrants):  # the policies' own counts, as evaluate.py reports them
         players = [p for h in halves for i, p in ((h.first, h.challenger), (h.second, h.opponent)) if i == k]
         if all(hasattr(p, "fallbacks") for p in players):
