@@ -21,7 +21,7 @@ from pipelines.pokemon.pov import pov_trajectory
 from pipelines.stages import Parsed, Plan, Source, read_row, work_item
 
 GENERATOR = REPO_ROOT / "pipelines" / "showdown" / "generate_battles.js"
-POLICIES = ("random", "heuristic")
+POLICIES = ("random", "heuristic", "search")
 BATTLE_LOG_BYTES = 138_000
 """Bytes of one generated battle's record (measured: 10 battles per default format, 2.76 MB), to pack chunks."""
 
@@ -33,7 +33,7 @@ class GeneratedConfig:
     Attributes:
         num_battles: battles per format.
         seed: seed of every battle.
-        p1: player 1: a scripted policy (random or heuristic) or a ``pokemon_policy`` checkpoint (its
+        p1: player 1: a scripted policy (random, heuristic or search) or a ``pokemon_policy`` checkpoint (its
             folder, its state.pt, a trainer's run folder for its newest checkpoint; a path or a URI) that plays its
             most likely legal action through the simulator's stream, as it plays on a server.
         p2: player 2, as p1.
