@@ -57,6 +57,12 @@ class LeagueConfig:
             raise ValueError("snapshot_every and max_snapshots must be at least 1")
 
 
+def keyed_rng(key: tuple) -> random.Random:
+    """A random stream of its own for one draw, named by ``key`` (e.g. run seed, update, runner, game): the same
+    key gives the same stream in any process (a string seed is hashed with SHA-512, not Python's salted ``hash``)."""
+    return random.Random(":".join(str(part) for part in key))
+
+
 def elo_expected(rating: float, other: float) -> float:
     """The expected score of a player rated ``rating`` against one rated ``other``."""
     return 1.0 / (1.0 + 10.0 ** ((other - rating) / 400.0))

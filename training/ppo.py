@@ -1,5 +1,7 @@
 """PPO's learner side: the hyperparameters (one shared set; ``test`` and ``full`` differ only in length and cadence),
-the rollout a learner trains on, and one update over it in minibatches of whole sequences.
+the rollout a learner trains on, and one update over it in minibatches of whole sequences. An environment may train
+its observation encoder beside the policy (``TrainableEncoder``): the rollout then carries each step's raw inputs and
+the update recomputes the observations from them with gradients.
 
 A ``Rollout`` holds only the learning agent's own steps: an environment runner records the agent's observations,
 actions and rewards and never the opponent's, so the learner cannot train on the opponent's transitions (the opponent
@@ -114,6 +116,9 @@ class Rollout:
         states: ((T, N, d_lstm), (T, N, d_lstm)) the LSTM state (h, c) before each step, as the runner had it.
         mask: (T, N) bool, False on padding steps that hold no decision (episodes of unequal length laid out one
             per column); None: every step is real.
+        inputs: the raw inputs each step's observations were encoded from, each (T, N, ...), for a
+            ``TrainableEncoder`` to recompute ``obs``, ``opponent`` and ``opponent_valid`` from; None: a frozen
+            encoder (the recorded observations are trained on).
     """
 
     obs: torch.Tensor
@@ -130,6 +135,27 @@ class Rollout:
     next_values: torch.Tensor
     states: tuple[torch.Tensor, torch.Tensor]
     mask: torch.Tensor | None = None
+    inputs: dict[str, torch.Tensor] | None = None
+
+
+@dataclass
+class TrainableEncoder:
+    """An observation encoder trained with the policy, with its own optimizer and learning rate (annealed on the
+    policy's schedule) and its own gradient clip.
+
+    Attributes:
+        module: ``module(**inputs)`` maps a minibatch's recorded inputs (``Rollout.inputs``, each
+            (B, seq_len, ...)) to the policy's (obs (B, seq_len, d_obs), opponent (B, seq_len, K, d_obs),
+            opponent_valid (B, seq_len, K)), exactly as the runner encoded them when acting.
+        optimizer: the encoder's optimizer (its state goes into the environment's checkpoint extra).
+        lr: its learning rate at update 0.
+        grad_clip: largest gradient norm of the encoder's parameters.
+    """
+
+    module: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    lr: float
+    grad_clip: float
 
 
 def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
@@ -139,6 +165,8 @@ def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
             return None
         if isinstance(values[0], tuple):
             return tuple(torch.cat(parts, 1) for parts in zip(*values, strict=True))
+        if isinstance(values[0], dict):
+            return {k: torch.cat([v[k] for v in values], 1) for k in values[0]}
         return torch.cat(values, 1)
 
     return Rollout(**{f.name: cat([getattr(r, f.name) for r in rollouts]) for f in dataclasses.fields(Rollout)})
@@ -152,12 +180,22 @@ def sequences(x: torch.Tensor, seq_len: int) -> torch.Tensor:
     return per_env.reshape(n * (t // seq_len), seq_len, *x.shape[2:])
 
 
-def sequence_loss(policy, chunk: dict, cfg: PPOConfig, reference=None, train_policy: bool = True):
+INPUT = "input_"
+"""Prefix of a rollout's raw inputs among a minibatch's fields (``training_sequences``)."""
+
+
+def sequence_loss(policy, chunk: dict, cfg: PPOConfig, reference=None, train_policy: bool = True, encoder=None):
     """(loss, parts) of a minibatch of sequences (each ``(B, seq_len, ...)`` from ``sequences``). ``reference``: a
-    module mapping observations to a reference policy's logits (KL penalty and agreement); ``train_policy`` False:
-    the value loss alone (``PPOConfig.critic_warmup``)."""
-    out = policy(chunk["obs"], chunk["opponent"], chunk["opponent_valid"], chunk["episode_start"], chunk["legal"],
-                 (chunk["h0"], chunk["c0"]))
+    module mapping observations to a reference policy's logits (KL penalty and agreement; it reads the recorded
+    observations); ``train_policy`` False: the value loss alone (``PPOConfig.critic_warmup``); ``encoder``: a
+    ``TrainableEncoder.module`` recomputing the observations from the chunk's inputs (with gradients only where the
+    policy trains: during the critic warm-up the encoder stays as it is)."""
+    obs, opponent, opponent_valid = chunk["obs"], chunk["opponent"], chunk["opponent_valid"]
+    if encoder is not None:
+        inputs = {k.removeprefix(INPUT): v for k, v in chunk.items() if k.startswith(INPUT)}
+        with torch.set_grad_enabled(train_policy and torch.is_grad_enabled()):
+            obs, opponent, opponent_valid = encoder(**inputs)
+    out = policy(obs, opponent, opponent_valid, chunk["episode_start"], chunk["legal"], (chunk["h0"], chunk["c0"]))
     mask = chunk["mask"]  # padding steps reach no loss
     log_probs = torch.log_softmax(out.logits.float(), dim=-1)
     logp = log_probs.gather(-1, chunk["actions"].clamp(min=0)[..., None]).squeeze(-1)
@@ -188,18 +226,23 @@ def training_sequences(rollout: Rollout, cfg: PPOConfig) -> dict[str, torch.Tens
               "legal": rollout.legal, "episode_start": rollout.episode_start, "actions": rollout.actions,
               "logp": rollout.logp, "values": rollout.values, "advantages": advantages, "returns": returns,
               "mask": rollout.mask if rollout.mask is not None else torch.ones_like(rollout.actions, dtype=torch.bool)}
+    fields.update({INPUT + k: v for k, v in (rollout.inputs or {}).items()})
     chunks = {k: sequences(v, cfg.seq_len) for k, v in fields.items()}
     chunks["h0"], chunks["c0"] = (sequences(s, cfg.seq_len)[:, 0] for s in rollout.states)
     return chunks
 
 
 def update(learner, rollout: Rollout, cfg: PPOConfig, update_index: int, generator: torch.Generator,
-           reference=None) -> dict:
+           reference=None, encoder: TrainableEncoder | None = None) -> dict:
     """One PPO update on a rollout: GAE, then ``epochs`` passes of minibatches of whole sequences through
     ``learner.step`` (a ``training/fit.Learner``), the learning rate annealed for ``update_index``; the critic
     alone during the first ``cfg.critic_warmup`` updates. ``reference``: the frozen module giving the reference
-    policy's logits from observations (``cfg.reference_kl``). Returns the last epoch's mean of each logged part and
-    the epochs run."""
+    policy's logits from observations (``cfg.reference_kl``); ``encoder``: the observation encoder trained beside
+    the policy (the rollout carries its ``inputs``), stepped after each of the policy's steps. Returns the last
+    epoch's mean of each logged part and the epochs run."""
+    if encoder is not None and rollout.inputs is None:
+        raise ValueError("a trainable encoder needs the rollout's inputs (Rollout.inputs): the runners must record "
+                         "them")
     train_policy = update_index >= cfg.critic_warmup
     trainable = [p for p in learner.module.parameters() if p.requires_grad]
     if not train_policy:
@@ -209,16 +252,20 @@ def update(learner, rollout: Rollout, cfg: PPOConfig, update_index: int, generat
         learner.module.critic.requires_grad_(True)
     try:
         return _epochs(learner, training_sequences(rollout, cfg), rollout.obs.shape, cfg, update_index, generator,
-                       reference, train_policy)
+                       reference, train_policy, encoder)
     finally:
         for p in trainable:
             p.requires_grad_(True)
 
 
 def _epochs(learner, chunks: dict, shape, cfg: PPOConfig, update_index: int, generator, reference,
-            train_policy: bool) -> dict:
+            train_policy: bool, encoder: TrainableEncoder | None = None) -> dict:
     for group in learner.optimizer.param_groups:
         group["lr"] = P.annealed_lr(cfg.lr, update_index, cfg.updates, cfg.final_lr_share)
+    if encoder is not None:
+        for group in encoder.optimizer.param_groups:
+            group["lr"] = P.annealed_lr(encoder.lr, update_index, cfg.updates, cfg.final_lr_share)
+    module = encoder.module if encoder is not None else None
     num_steps, num_envs = shape[:2]
     epochs_run, sums = 0, {}
     for _ in range(cfg.epochs):
@@ -228,13 +275,25 @@ def _epochs(learner, chunks: dict, shape, cfg: PPOConfig, update_index: int, gen
         batches = P.sequence_minibatches(num_envs, num_steps, cfg.seq_len,
                                          min(cfg.num_minibatches, sequences_here), generator)
         for ids in batches:
-            parts = learner.step(lambda model, batch: sequence_loss(model, batch, cfg, reference, train_policy),
+            if encoder is not None:  # the learner zeroes its own gradients only; its backward fills the encoder's
+                encoder.optimizer.zero_grad(set_to_none=True)
+            parts = learner.step(lambda model, batch: sequence_loss(model, batch, cfg, reference, train_policy,
+                                                                    module),
                                  {k: v[ids] for k, v in chunks.items()})
+            if encoder is not None:  # the norm before clipping; 0 in the critic warm-up, which leaves it as it is
+                norm = torch.zeros(())
+                if train_policy:
+                    norm = torch.nn.utils.clip_grad_norm_(encoder.module.parameters(), encoder.grad_clip)
+                    encoder.optimizer.step()
+                parts["encoder_grad_norm"] = norm
             for k, v in parts.items():  # summed on the device; read once per epoch, not per minibatch
                 sums[k] = sums.get(k, 0.0) + v / len(batches)
         sums = {k: float(v) for k, v in sums.items()}
         epochs_run += 1
         if cfg.target_kl is not None and sums["approx_kl"] > cfg.target_kl:
             break
-    return {**sums, "epochs": epochs_run, "lr": learner.optimizer.param_groups[0]["lr"],
-            "policy_trained": float(train_policy)}
+    out = {**sums, "epochs": epochs_run, "lr": learner.optimizer.param_groups[0]["lr"],
+           "policy_trained": float(train_policy)}
+    if encoder is not None:
+        out["encoder_lr"] = encoder.optimizer.param_groups[0]["lr"]
+    return out

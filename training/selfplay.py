@@ -15,7 +15,9 @@ collects a worker's report once per health check (2 s by default) and holds one 
 wait for it.
 
 The environments (``--env``) and their own flags are registered in ``training/selfplay_envs.py``; each game's
-module (``training/<game>/selfplay.py``) says how to run it.
+module (``training/<game>/selfplay.py``) says how to run it. Two hooks are optional (``training/selfplay_base.py``
+lists them): ``trainable_encoder`` (an observation encoder trained beside the policy, ``training/ppo.TrainableEncoder``)
+and ``collect_metrics`` (what an environment adds to each update's line).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from pipelines.cli import command_config
 from shards_schema import storage
 from training.checkpoints import DataIdentity, payload, read_checkpoint, set_rng_state
 from training.fit import Learner, launch, report_checkpoint, resume_path, worker_checkpoint
-from training.league import LEARNER, OPPONENT_KINDS, League
+from training.league import LEARNER, OPPONENT_KINDS, League, keyed_rng
 from training.loop import (
     MetricsWriter,
     checkpoint_uri,
@@ -55,8 +57,11 @@ class LeagueActor:
         self.league = League.from_state_dict(cfg, state) if state else League(cfg)
         self.rng = random.Random(seed)
 
-    def draw(self):
-        return self.league.sample(self.rng)
+    def draw(self, key: tuple | None = None):
+        """An opponent: from the league's own stream (a draw depends on every draw before it, in the order runners
+        ask), or with ``key`` from that key's own stream (``league.keyed_rng``: the same opponent for the same key
+        and league, whatever the order; a resumed run draws as the uninterrupted one would)."""
+        return self.league.sample(self.rng if key is None else keyed_rng(key))
 
     def snapshot(self, name: str) -> dict:
         return self.league.snapshots[name]
@@ -122,12 +127,14 @@ def train_loop_per_worker(config: dict) -> None:
     reference = env.reference_policy()
     if reference is not None:
         reference = reference.to(device)
+    trainable = getattr(env, "trainable_encoder", None)  # optional hook (training/selfplay_base.py)
+    encoder = trainable(device, ppo) if trainable is not None else None
     generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + first_update)
     league = ray.remote(num_cpus=0, scheduling_strategy=ACTOR_SCHEDULING)(LeagueActor).remote(
         env.league_config(), league_state, cfg.seed + first_update)
 
-    def draw():
-        return ray.get(league.draw.remote())
+    def draw(key=None):
+        return ray.get(league.draw.remote(key))
 
     def weights_of(name):
         return ray.get(league.snapshot.remote(name))
@@ -135,13 +142,13 @@ def train_loop_per_worker(config: dict) -> None:
     runners = env.runners(policy_cfg, first_update, draw, weights_of)
     try:
         _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_update, generator, rank, world,
-               reference)
+               reference, encoder)
     finally:
         env.close(runners)
 
 
 def _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_update, generator, rank, world,
-           reference):
+           reference, encoder=None):
     """The updates: weights out to the runners, their rollouts in, one PPO update, the league told, metrics and
     checkpoints written."""
     import ray  # not at the top: the driver imports this module before init_local_ray (pipelines/ray_start.py)
@@ -160,7 +167,8 @@ def _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_up
         rollout, episodes = env.collect(runners, ref, ppo)
         collect_s = time.monotonic() - t0
         steps_taken = int(rollout.mask.sum()) if rollout.mask is not None else rollout.actions.numel()
-        metrics = update(learner, rollout, ppo, u, generator, reference)
+        metrics = update(learner, rollout, ppo, u, generator, reference, encoder)
+        collected = getattr(env, "collect_metrics", dict)()  # optional hook (training/selfplay_base.py)
         league.record.remote([(e.opponent.name, e.score) for e in episodes])
         done = u + 1
         if done % cfg.snapshot_every == 0:
@@ -168,6 +176,7 @@ def _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_up
         ratings = ray.get(league.ratings.remote())
         snapshots = sorted(n for n in ratings if n.startswith("snapshot-"))
         line = {"step": done, **metrics, **episode_metrics(episodes, env.reward_terms, env.knockout_term, bots),
+                **collected,
                 "env_steps_per_s": steps_taken / max(collect_s, 1e-9),
                 "learner_rating": ratings["learner"],
                 "latest_snapshot_rating": ratings[snapshots[-1]] if snapshots else float("nan"),

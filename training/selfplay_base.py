@@ -6,6 +6,13 @@ A game's environment (``training/<game>/selfplay.py``) imports this module and e
 its own fields; the registry (``training/selfplay_envs.py``) joins the games' configs into the command's
 ``SelfPlayConfig``; the core (``training/selfplay.py``) reaches the games through the registry only, so no game
 module imports the core.
+
+An environment's methods the core calls: ``policy_config``, ``start_policy``, ``reference_policy``, ``extra``,
+``restore``, ``league_config``, ``identity``, ``runners``, ``collect``, ``close``, and ``config_problem``,
+``reward_terms``, ``knockout_term``, ``kind``, ``num_envs``. Two are optional (``OPTIONAL_HOOKS``), absent where an
+environment has no use for them: ``trainable_encoder(device, ppo)`` → a ``training/ppo.TrainableEncoder`` or None
+(an observation encoder trained beside the policy; its rollouts then carry ``Rollout.inputs``), and
+``collect_metrics()`` → what the last ``collect`` adds to the update's metrics line (the same keys every update).
 """
 
 from __future__ import annotations
@@ -22,6 +29,9 @@ ACTOR_SCHEDULING = "DEFAULT"
 Inside a Tune trial (``tune/ppo_sweep.py``) the learner inherits the trial's capture of child tasks, and a runner
 asking 1 CPU was put into the learner's bundle of 0.5 and refused ("cannot fit into any bundles for the placement
 group")."""
+
+OPTIONAL_HOOKS = ("trainable_encoder", "collect_metrics")
+"""Environment methods the core calls only where an environment has them (see the module docstring)."""
 
 
 @dataclass

@@ -3,6 +3,7 @@ own decisions, starts on the offline-RL policy's choices, and its battles become
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from pathlib import Path
@@ -21,20 +22,213 @@ def bc_policy():
     return PokemonPolicy(PolicyConfig.preset("tiny", len(vocabulary()))).eval()
 
 
+def _team(own_hp=1.0, opponent_hp=1.0, own_fainted=0, opponent_fainted=0):
+    from training.pokemon.selfplay_player import TeamState
+
+    return TeamState(own_hp=own_hp, opponent_hp=opponent_hp, own_fainted=own_fainted,
+                     opponent_fainted=opponent_fainted)
+
+
 def test_battles_become_a_masked_rollout():
-    from training.pokemon.selfplay import battles_to_rollout
+    from training.pokemon.selfplay import RecordedBattle, battles_to_rollout
 
     def step(start, value):
         return {"obs": torch.ones(4), "opponent": torch.zeros(2, 4), "opponent_valid": torch.zeros(2, dtype=torch.bool),
                 "legal": torch.ones(9, dtype=torch.bool), "episode_start": start, "actions": 1,
-                "logp": torch.tensor(-1.0), "values": torch.tensor(value), "h": torch.zeros(3), "c": torch.zeros(3)}
+                "logp": torch.tensor(-1.0), "values": torch.tensor(value), "h": torch.zeros(3), "c": torch.zeros(3),
+                "team": _team()}
 
-    battles = [([step(True, 0.1), step(False, 0.2), step(False, 0.3)], 1.0, (2, 0)), ([step(True, 0.5)], -1.0, (0, 1))]
+    battles = [RecordedBattle(steps=[step(True, 0.1), step(False, 0.2), step(False, 0.3)], result=1.0,
+                              end=_team(0.5, 0.0, 2, 6)),
+               RecordedBattle(steps=[step(True, 0.5)], result=-1.0, end=_team(0.0, 0.9, 6, 1))]
     rollout = battles_to_rollout(battles, seq_len=2)
     assert rollout.actions.shape == (4, 2)  # 3 decisions padded to 4
     assert rollout.mask[:, 0].tolist() == [True, True, True, False] and rollout.mask[:, 1].sum() == 1
+    # the default weights (all 0): the result alone at each battle's last decision, as before the dense terms
     assert rollout.rewards[2, 0] == 1.0 and rollout.rewards[0, 1] == -1.0 and rollout.rewards.abs().sum() == 2.0
-    assert rollout.terminated[2, 0] and rollout.terminated[0, 1]
+    assert rollout.terminated[2, 0] and rollout.terminated[0, 1] and rollout.inputs is None
+
+
+def test_dense_reward_terms_by_hand():
+    from training.pokemon.selfplay import RewardWeights, potential, shaping_rewards, step_terms
+
+    # decision 0, decision 1 (we lost 30% of our team's HP, they lost 50% and a Pokémon), the end (a knockout each)
+    states = [_team(1.0, 1.0), _team(0.7, 0.5, 0, 1), _team(0.6, 0.4, 1, 2)]
+    terms = step_terms(states)
+    assert [t["knockouts_dealt"] for t in terms] == [1, 1] and [t["knockouts_taken"] for t in terms] == [0, 1]
+    assert [t["hp_dealt"] for t in terms] == pytest.approx([0.5, 0.1])
+    assert [t["hp_taken"] for t in terms] == pytest.approx([0.3, 0.1])
+    w = RewardWeights(knockout_dealt=0.2, knockout_taken=0.3, hp_swing=1.0)
+    assert potential(states[1], w) == pytest.approx(0.2 * 1 + 1.0 * (0.7 - 0.5))
+    plain = shaping_rewards(states, w, gamma=0.9)
+    assert plain == pytest.approx([0.2 + (0.5 - 0.3), 0.2 - 0.3 + (0.1 - 0.1)])
+    # plain differences telescope to Φ(end) − Φ(start): they pay for how the battle ended, not only for winning
+    assert sum(plain) == pytest.approx(potential(states[-1], w) - potential(states[0], w))
+    # potential-based (Φ = 0 at the end): the discounted sum is −Φ(start) whatever happened, so the optimum stays
+    kept = shaping_rewards(states, dataclasses.replace(w, keep_optimum=True), gamma=0.9)
+    other = shaping_rewards([states[0], _team(0.1, 0.9, 3, 0), _team(0.0, 0.8, 6, 1)],
+                            dataclasses.replace(w, keep_optimum=True), gamma=0.9)
+    for rewards in (kept, other):
+        assert sum(r * 0.9 ** t for t, r in enumerate(rewards)) == pytest.approx(-potential(states[0], w))
+    assert shaping_rewards(states, RewardWeights(), gamma=0.9) == [0.0, 0.0]
+
+
+def test_battle_rewards_add_the_weighted_terms_and_log_each():
+    from training.pokemon.selfplay import RecordedBattle, RewardWeights, battle_rewards, episodes_of
+
+    battle = RecordedBattle(steps=[{"team": _team(1.0, 1.0)}, {"team": _team(0.8, 0.5, 0, 1)}], result=1.0,
+                            end=_team(0.8, 0.0, 0, 6))
+    rewards, terms = battle_rewards(battle, RewardWeights(), gamma=0.99)
+    assert rewards == [0.0, 1.0] and terms["shaping"] == 0.0
+    assert (terms["knockouts_dealt"], terms["knockouts_taken"]) == (6.0, 0.0)
+    assert terms["hp_dealt"] == pytest.approx(1.0) and terms["hp_taken"] == pytest.approx(0.2)
+    w = RewardWeights(knockout_dealt=0.1, hp_swing=0.5)
+    shaped, terms = battle_rewards(battle, w, gamma=0.99)
+    assert shaped == pytest.approx([0.1 + 0.5 * (0.5 - 0.2), 1.0 + 0.1 * 5 + 0.5 * 0.5])
+    assert terms["shaping"] == pytest.approx(sum(shaped) - 1.0)
+    [episode] = episodes_of([battle], w, gamma=0.99)
+    assert episode.reward == pytest.approx(sum(shaped)) and episode.score == 1.0 and episode.frames == 2
+
+
+def test_team_state_reads_both_teams_as_the_player_sees_them():
+    from types import SimpleNamespace
+
+    from training.pokemon.selfplay_player import team_state
+
+    def mon(hp, fainted=False):
+        return SimpleNamespace(current_hp_fraction=hp, fainted=fainted)
+
+    battle = SimpleNamespace(team={str(i): mon(h, h == 0) for i, h in enumerate([1.0, 0.5, 0.0, 1.0, 1.0, 1.0])},
+                             opponent_team={"a": mon(0.25), "b": mon(0.0, True)})  # 4 not seen yet: unhurt
+    assert team_state(battle) == pytest.approx(_team(4.5 / 6, 4.25 / 6, 1, 1))
+
+
+def test_window_features_are_the_turns_the_player_read():
+    from training.pokemon.selfplay_player import window_features
+
+    features = torch.arange(2 * 4 * 3, dtype=torch.float32).reshape(2, 4, 3)  # 2 windows of 4 turns, d = 3
+    obs, opponent, valid = window_features(features, torch.tensor([4, 2]), window=2)
+    assert torch.equal(obs, features[[0, 1], [3, 1]])
+    assert torch.equal(opponent[0], features[0, 1:3]) and valid[0].all()
+    assert torch.equal(opponent[1, 1], features[1, 0]) and valid[1].tolist() == [False, True]
+    assert not opponent[1, 0].any()  # zeros before the battle's first turn
+
+
+def test_each_battle_draws_its_own_opponent_reproducibly():
+    import collections
+
+    from training.league import LeagueConfig
+    from training.pokemon.selfplay import battle_draws
+    from training.selfplay import LeagueActor
+
+    cfg = LeagueConfig(strong=("heuristic", "maxbp"), weak=("random",), snapshot_share=0.5, strong_share=0.3,
+                       weak_share=0.2)
+    state = {"snapshots": {"snapshot-000002": {}}, "ratings": {}, "games": {}}
+    first, second = LeagueActor(cfg, state, seed=1), LeagueActor(cfg, state, seed=99)
+    second.draw()  # its own stream moved on: keyed draws do not read it
+    runs = [battle_draws(actor.draw, draw_seed=7, update=3, index=i, battles=40) for actor in (first, second)
+            for i in (1, 0)]
+    assert runs[0] == runs[2] and runs[1] == runs[3]  # the same key, the same draw, in any order
+    assert runs[0] != runs[1]  # another runner, other draws
+    counts = sum(runs[:2], collections.Counter())
+    assert sum(counts.values()) == 80 and {o.kind for o in counts} == {"snapshot", "strong", "weak"}
+    assert battle_draws(first.draw, draw_seed=8, update=3, index=1, battles=40) != runs[0]
+
+
+def test_a_trained_encoder_changes_and_resumes_exactly(tmp_path):
+    """--encoder-lr: battles recorded through the learner's own ``select`` (with their encoder windows) train the
+    encoder; the learner's recomputed features are the ones the player acted on (KL 0 on the first pass); a run
+    stopped after 2 updates and resumed from its checkpointed state (encoder, its optimizer, the policy and its
+    optimizer, through ``weights_only``) ends with the uninterrupted run's weights, and evaluation's player reads
+    the trained encoder."""
+    import io
+    from types import SimpleNamespace
+
+    from models.ppo_policy import RecurrentPolicy
+    from training.checkpoints import live_identity, payload
+    from training.fit import Learner
+    from training.pokemon.players import load_player
+    from training.pokemon.selfplay import PokemonSelfPlay, RecordedBattle, battles_to_rollout
+    from training.pokemon.selfplay_player import SelfPlayPlayer, TeamState
+    from training.ppo import sequence_loss, training_sequences, update
+    from training.registry import POKEMON_OBSERVATION
+    from training.selfplay import SelfPlayConfig
+
+    cfg = SelfPlayConfig.tiny(env="pokemon", out=str(tmp_path / "run"), encoder_preset="tiny", encoder_context=3,
+                              encoder_lr=3e-3, reward_hp_swing=0.5, num_runners=1, battles_per_runner=2, seed=4)
+    cpu = torch.device("cpu")
+
+    def play(env, policy, u):
+        """2 battles of 4 and 5 decisions, random turns, through SelfPlayPlayer.select."""
+        g = torch.Generator().manual_seed(100 + u)
+        me = SimpleNamespace(policy=policy.eval(), model=env.bc, context=env.context, states={}, steps={},
+                             greedy=False, record=True, record_inputs=True, generator=g)
+        battles = []
+        for b in range(2):
+            tag, history = f"b{b}", []
+            battle = SimpleNamespace(battle_tag=tag, team={}, opponent_team={})
+            for _ in range(4 + b):
+                history.append((torch.randint(1, env.bc.cfg.vocab_size, (87,), generator=g),
+                                torch.randn(50, generator=g), torch.rand(9, generator=g) < 0.7))
+                window = history[-env.context:]
+                legal = torch.stack([w[2] for w in window])[None]
+                legal[0, -1, 0] = True
+                SelfPlayPlayer.select(me, battle, torch.stack([w[0] for w in window])[None],
+                                      torch.stack([w[1] for w in window])[None], legal)
+            battles.append(RecordedBattle(steps=me.steps.pop(tag), result=1.0 - 2 * b,
+                                          end=TeamState(0.5, 0.25 * b, 1, 3)))
+        return battles_to_rollout(battles, 4, cfg.reward_weights(), 0.99)
+
+    def start(extra=None, model=None, optimizer=None):
+        env = PokemonSelfPlay(cfg)
+        if extra is not None:
+            env.restore(extra)
+        ppo = dataclasses.replace(cfg.ppo(env.num_envs), rollout_steps=8, seq_len=4, num_minibatches=1, updates=3,
+                                  epochs=2)
+        torch.manual_seed(0)
+        policy = RecurrentPolicy(env.policy_config())
+        learner = Learner(policy, lr=ppo.lr, weight_decay=0.0, grad_clip=ppo.grad_clip, device=cpu)
+        if model is not None:
+            learner.load({"model": model, "optimizer": optimizer}, optimizer=True)
+        return env, policy, learner, ppo, env.trainable_encoder(cpu, ppo)
+
+    def train(env, policy, learner, ppo, encoder, updates):
+        for u in updates:
+            rollout = play(env, policy, u)
+            assert rollout.inputs["tokens"].shape[2:] == (3, 87)
+            if u == 0:
+                with torch.no_grad():
+                    _, first = sequence_loss(policy, training_sequences(rollout, ppo), ppo, encoder=encoder.module)
+                assert abs(float(first["approx_kl"])) < 1e-5
+            metrics = update(learner, rollout, ppo, u, torch.Generator().manual_seed(u), encoder=encoder)
+            assert metrics["encoder_grad_norm"] > 0 and metrics["encoder_lr"] <= cfg.encoder_lr
+        return {**{f"policy.{k}": v for k, v in policy.state_dict().items()},
+                **{f"encoder.{k}": v for k, v in env.bc.state_dict().items()}}
+
+    env, policy, learner, ppo, encoder = start()
+    initial = {k: v.clone() for k, v in env.bc.state_dict().items()}
+    whole = train(env, policy, learner, ppo, encoder, range(3))
+    assert not torch.equal(whole["encoder.encoder.mix.weight"], initial["encoder.mix.weight"])
+    assert torch.equal(whole["encoder.actor.weight"], initial["actor.weight"])  # the heads are not on the path
+
+    env, policy, learner, ppo, encoder = start()
+    train(env, policy, learner, ppo, encoder, range(2))
+    buffer = io.BytesIO()
+    state = payload(kind="pokemon_selfplay", model_config=env.policy_config(), train_config=cfg, step=2,
+                    data=live_identity(POKEMON_OBSERVATION), model=policy, optimizer=learner.optimizer,
+                    extra=env.extra())
+    torch.save({**state, "rng": []}, buffer)
+    saved = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)  # as a checkpoint is read
+    assert saved["extra"]["encoder"]["optimizer"]["state"]
+    resumed = train(*start(saved["extra"], saved["model"], saved["optimizer"]), range(2, 3))
+    assert whole.keys() == resumed.keys()
+    assert all(torch.equal(whole[k], resumed[k]) for k in whole), [k for k in whole
+                                                                   if not torch.equal(whole[k], resumed[k])]
+
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "state.pt").write_bytes(buffer.getvalue())
+    played = load_player(str(tmp_path / "ckpt")).args[0]  # the encoder evaluation's player reads
+    assert all(torch.equal(v, saved["extra"]["encoder"]["model"][k]) for k, v in played.state_dict().items())
 
 
 @needs_simulator
@@ -43,23 +237,25 @@ def test_a_runner_plays_real_battles_and_they_train(bc_policy):
     from models.ppo_policy import RecurrentPolicy, RecurrentPolicyConfig
     from training.fit import Learner
     from training.league import Opponent
-    from training.pokemon.selfplay import PokemonRunner, battles_to_rollout
+    from training.pokemon.selfplay import PokemonRunner, RewardWeights, battles_to_rollout, episodes_of
     from training.ppo import PPOConfig, sequence_loss, training_sequences, update
 
     cfg = RecurrentPolicyConfig(d_obs=bc_policy.cfg.d_model, num_actions=9, opponent_window=4, d_strategy=16,
                                 strategy_heads=2, d_lstm=16)
     policy = RecurrentPolicy.on_top_of(cfg, bc_policy.actor)
     draws = itertools.cycle([Opponent("weak", "random"), Opponent("strong", "maxbp")])
-    runner = PokemonRunner(bc_policy, 16, cfg, seed=3, draw_opponent=lambda: next(draws))
+    runner = PokemonRunner(bc_policy, 16, cfg, seed=3, draw_opponent=lambda key: next(draws))
     try:
-        recorded, battles = runner.collect(policy.state_dict(), battles=2)
+        recorded, drawn = runner.collect(policy.state_dict(), battles=2)
     finally:
         runner.close()
+    assert sum(drawn.values()) == 2
+    battles = episodes_of(recorded, RewardWeights(), 0.99)
     assert len(battles) == 2 and all(b.reward in (-1.0, 0.0, 1.0) and b.frames > 0 for b in battles)
     assert all(b.score == (b.reward + 1) / 2 for b in battles)
     # each battle against its own draw, and each result filed under the opponent it was played against
     assert sorted(b.opponent.name for b in battles) == ["maxbp", "random"]
-    assert [r[3] for r in recorded] == [b.opponent for b in battles]
+    assert [r.opponent for r in recorded] == [b.opponent for b in battles]
     rollout = battles_to_rollout(recorded, seq_len=8)
     assert rollout.mask.sum() == sum(b.frames for b in battles)  # its own decisions, nothing of the opponent
     assert rollout.episode_start[0].all()
@@ -78,7 +274,9 @@ def test_a_runner_plays_real_battles_and_they_train(bc_policy):
 def test_a_short_selfplay_run_in_real_battles(bc_policy, ray_local, tmp_path):
     """``training/selfplay.py --env pokemon`` on an offline-RL checkpoint: runner actors with their own servers,
     the learner on Ray Train, the league; its checkpoint says what it holds and carries the league. The first
-    update trains the critic alone, so the policy still chooses as the offline-RL policy (agreement 1, KL 0)."""
+    update trains the critic alone, so the policy still chooses as the offline-RL policy (agreement 1, KL 0). With
+    dense rewards and a trained encoder (--encoder-lr): the encoder moves in the second update and its optimizer is
+    checkpointed; each battle's draw is counted."""
     import csv
 
     from training.checkpoints import live_identity, payload, read_checkpoint
@@ -96,7 +294,8 @@ def test_a_short_selfplay_run_in_real_battles(bc_policy, ray_local, tmp_path):
     out = tmp_path / "run"
     result = run(SelfPlayConfig.tiny(env="pokemon", policy_init=str(source), out=str(out), updates=2,
                                      num_runners=1, battles_per_runner=2, snapshot_every=1, reference_kl=0.1,
-                                     critic_warmup=1))
+                                     critic_warmup=1, encoder_lr=1e-3, reward_hp_swing=0.5,
+                                     reward_knockout_dealt=0.1))
     assert result.error is None
     saved = read_checkpoint(latest_checkpoint(out))
     assert saved.kind == "pokemon_selfplay" and saved.step == 2 and saved.data.features == POKEMON_OBSERVATION
@@ -108,7 +307,13 @@ def test_a_short_selfplay_run_in_real_battles(bc_policy, ray_local, tmp_path):
     assert all(math.isfinite(float(r["policy_loss"])) for r in rows)
     assert [float(r["policy_trained"]) for r in rows] == [0.0, 1.0]
     assert float(rows[0]["reference_agreement"]) == 1.0 and float(rows[0]["reference_kl"]) < 1e-6
-    assert {"win_rate_vs_heuristic", "win_rate_vs_maxbp", "win_rate_vs_random"} <= set(rows[0])
+    assert {"win_rate_vs_heuristic", "win_rate_vs_maxbp", "win_rate_vs_random", "term_hp_dealt", "term_hp_taken",
+            "term_shaping"} <= set(rows[0])
+    assert all(sum(int(r[f"drawn_{o}"]) for o in ("snapshot", "heuristic", "maxbp", "random")) == 2 for r in rows)
+    assert float(rows[0]["encoder_grad_norm"]) == 0.0 and float(rows[1]["encoder_grad_norm"]) > 0.0
+    encoder = saved.extra["encoder"]
+    assert encoder["optimizer"]["state"] and not torch.equal(encoder["model"]["encoder.mix.weight"],
+                                                             bc_policy.encoder.mix.weight)
 
 
 @needs_simulator

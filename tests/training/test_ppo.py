@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 
 from models.ppo_policy import RecurrentPolicy, RecurrentPolicyConfig
@@ -134,3 +135,46 @@ def test_the_reference_penalty_keeps_the_policy_near_its_start():
     free, held = train(0.0), train(5.0)
     assert held["reference_kl"] < free["reference_kl"] / 2, (held, free)
     assert held["reference_agreement"] > free["reference_agreement"]
+
+
+class _RawEncoder(torch.nn.Module):
+    """A trainable observation encoder for the bandit: raw inputs (B, T, 4) → obs (B, T, d_obs), no opponent."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, CFG.d_obs)
+
+    def forward(self, raw):
+        b, t, _ = raw.shape
+        return (self.linear(raw), torch.zeros(b, t, CFG.opponent_window, CFG.d_obs),
+                torch.zeros(b, t, CFG.opponent_window, dtype=torch.bool))
+
+
+def test_a_trainable_encoder_steps_with_the_policy_but_not_in_the_critic_warmup():
+    from training.ppo import TrainableEncoder, concat_rollouts
+
+    torch.manual_seed(0)
+    policy, encoder = RecurrentPolicy(CFG), _RawEncoder()
+    cfg = PPOConfig.test(num_envs=4, rollout_steps=16, seq_len=8, num_minibatches=2, critic_warmup=1)
+    learner = Learner(policy, lr=cfg.lr, weight_decay=0.0, grad_clip=cfg.grad_clip, device=torch.device("cpu"))
+    trainable = TrainableEncoder(module=encoder, optimizer=torch.optim.AdamW(encoder.parameters(), lr=1e-2),
+                                 lr=1e-2, grad_clip=cfg.grad_clip)
+    g = torch.Generator().manual_seed(2)
+
+    def rollout():
+        raw = torch.randn(16, 4, 4, generator=g)
+        halves = []
+        for cols in (slice(0, 2), slice(2, 4)):  # two runners' rollouts side by side: inputs concatenated too
+            r = collect(policy, 16, 2, episode_len=8, generator=g)  # its obs: what the encoder now recomputes
+            r.inputs = {"raw": raw[:, cols]}
+            halves.append(r)
+        return concat_rollouts(halves)
+
+    before = encoder.linear.weight.clone()
+    with pytest.raises(ValueError, match="inputs"):
+        update(learner, collect(policy, 16, 4, episode_len=8, generator=g), cfg, 1, g, encoder=trainable)
+    warm = update(learner, rollout(), cfg, 0, g, encoder=trainable)
+    assert warm["encoder_grad_norm"] == 0.0 and torch.equal(encoder.linear.weight, before)
+    trained = update(learner, rollout(), cfg, 1, g, encoder=trainable)
+    assert trained["encoder_grad_norm"] > 0 and not torch.equal(encoder.linear.weight, before)
+    assert trained["encoder_lr"] < 1e-2  # annealed on the policy's schedule

@@ -15,8 +15,9 @@ from training.registry import POKEMON_OBSERVATION
 def load_player(path: str):
     """A function (account, **poke-env player options) → a player of the policy in a checkpoint (its folder or
     ``state.pt``, a path or a URI): an offline-RL policy (``pokemon_policy``) or a self-play policy
-    (``pokemon_selfplay``, on the frozen encoder its checkpoint holds), both choosing their most likely legal
-    action. Refused when the checkpoint reads another observation spec or vocabulary than this code makes."""
+    (``pokemon_selfplay``, on the encoder its checkpoint holds: the one it was trained on, frozen or trained with it
+    by ``--encoder-lr``), both choosing their most likely legal action. Refused when the checkpoint reads another
+    observation spec or vocabulary than this code makes."""
     ckpt = read_checkpoint(path)
     if ckpt.kind == "pokemon_policy":
         return functools.partial(PolicyPlayer, *checked_policy(ckpt))

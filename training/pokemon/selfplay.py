@@ -3,10 +3,15 @@ stopped by PID), the learner playing with the self-play policy on top of a froze
 
 The learner's player (``training/pokemon/selfplay_player.SelfPlayPlayer``) sees exactly what evaluation sees (the
 server's protocol through the project's tracker and observation spec); per turn it reads the offline-RL policy's
-features of its battle so far (frozen), the features of its previous turns as the opponent's recent behaviour (what
-the opponent did shows in them), and chooses with ``models/ppo_policy.RecurrentPolicy``, keeping one LSTM state per
+features of its battle so far, the features of its previous turns as the opponent's recent behaviour (what the
+opponent did shows in them), and chooses with ``models/ppo_policy.RecurrentPolicy``, keeping one LSTM state per
 battle. It records its own decisions only. Reward: +1 a win, -1 a loss, 0 a tie, at the battle's last decision
-(terminal).
+(terminal), plus the dense terms of ``shaping_rewards`` where their weights are set (all 0 by default). The encoder
+is frozen unless ``--encoder-lr`` trains it: then each decision also records the window of turns it read, and the
+learner recomputes the features from them with gradients (``training/ppo.TrainableEncoder``).
+
+Each battle's opponent is drawn from the league on its own, from a key (run seed, update, runner, battle), so the
+draws of an update are the same whatever order the runners ask in, and on resume.
 
 A battle is an episode of its own length; ``PokemonRunner.collect`` lays finished battles one per column, padded
 at the end, with ``Rollout.mask`` False on the padding.
@@ -32,9 +37,16 @@ from pipelines.pokemon.observation import vocabulary
 from shards_schema import storage
 from shards_schema.pokemon import CODE_VERSIONS as POKEMON_TURNS
 from training.checkpoints import live_identity, read_checkpoint
-from training.pokemon.selfplay_player import SelfPlayPlayer, encoder_from_state, encoder_state
+from training.pokemon.selfplay_player import (
+    RecordedBattle,
+    SelfPlayPlayer,
+    TeamState,
+    TurnFeatures,
+    encoder_from_state,
+    encoder_state,
+)
 from training.pokemon.showdown_server import free_port, showdown_server
-from training.ppo import Rollout
+from training.ppo import Rollout, TrainableEncoder
 from training.registry import POKEMON_OBSERVATION
 from training.selfplay_base import ACTOR_SCHEDULING, Episode, SelfPlayCoreConfig
 
@@ -42,29 +54,112 @@ OPPONENT_CLASSES = {"heuristic": "SimpleHeuristicsPlayer", "maxbp": "MaxBasePowe
 """Scripted opponents by league name: ``heuristic`` and ``maxbp`` strong, ``random`` weak."""
 
 
-def battles_to_rollout(battles: list[tuple], seq_len: int):
+@dataclass(frozen=True, kw_only=True)
+class RewardWeights:
+    """Weights of the dense reward terms (all 0: the result alone, as before they existed).
+
+    Attributes:
+        knockout_dealt: reward per opponent's Pokémon knocked out.
+        knockout_taken: penalty per own Pokémon knocked out (a positive weight subtracts).
+        hp_swing: reward per unit of HP swing: the opponent's team HP fraction lost minus one's own.
+        keep_optimum: shape as γ·Φ(s') − Φ(s) with Φ = 0 at the battle's end (see ``shaping_rewards``).
+    """
+
+    knockout_dealt: float = 0.0
+    knockout_taken: float = 0.0
+    hp_swing: float = 0.0
+    keep_optimum: bool = False
+
+    @property
+    def any(self) -> bool:
+        return bool(self.knockout_dealt or self.knockout_taken or self.hp_swing)
+
+
+def potential(state: TeamState, weights: RewardWeights) -> float:
+    """Φ(s) = w_dealt · opponent's fainted − w_taken · own fainted + w_hp · (own HP fraction − opponent's): every dense
+    term is a difference of it (``step_terms``)."""
+    return (weights.knockout_dealt * state.opponent_fainted - weights.knockout_taken * state.own_fainted
+            + weights.hp_swing * (state.own_hp - state.opponent_hp))
+
+
+def step_terms(states: list[TeamState]) -> list[dict[str, float]]:
+    """Per decision, what happened between it and the next (the battle's end for the last): ``states`` holds the
+    teams at each decision and, last, at the end (decisions + 1). Knockouts dealt and taken, and HP fraction of the
+    opponent's team and of one's own lost (negative where healed)."""
+    return [{"knockouts_dealt": after.opponent_fainted - before.opponent_fainted,
+             "knockouts_taken": after.own_fainted - before.own_fainted,
+             "hp_dealt": before.opponent_hp - after.opponent_hp, "hp_taken": before.own_hp - after.own_hp}
+            for before, after in zip(states[:-1], states[1:], strict=True)]
+
+
+def shaping_rewards(states: list[TeamState], weights: RewardWeights, gamma: float) -> list[float]:
+    """The dense reward of each decision from the teams at each decision and at the end (``step_terms``' layout).
+
+    Plain (``keep_optimum`` False): r_t = Φ(s_{t+1}) − Φ(s_t) = w_dealt · knockouts dealt − w_taken · knockouts taken
+    + w_hp · (HP dealt − HP taken) over the step. Summed over a battle they telescope to Φ(end) − Φ(first decision),
+    and Φ(end) differs between battles: these terms do NOT keep the optimum, they also pay for winning with more
+    left (and losing having taken more), which is the point of dense terms against strong bots, and a bias.
+
+    ``keep_optimum``: r_t = γ Φ(s_{t+1}) − Φ(s_t), with Φ taken as 0 at the battle's end: potential-based shaping
+    (Ng, Harada & Russell 1999), whose discounted sum is −Φ(first decision), the same for every policy from a
+    state, so the optimal policy is unchanged; the last decision gives back what the earlier ones were paid."""
+    phi = [potential(s, weights) for s in states]
+    if not weights.keep_optimum:
+        return [after - before for before, after in zip(phi[:-1], phi[1:], strict=True)]
+    phi[-1] = 0.0
+    return [gamma * after - before for before, after in zip(phi[:-1], phi[1:], strict=True)]
+
+
+def battle_rewards(battle: RecordedBattle, weights: RewardWeights, gamma: float) -> tuple[list[float], dict]:
+    """(reward of each decision, the battle's terms summed): the result at the last decision plus the dense terms
+    where ``weights`` set them (all 0: the result alone, bit for bit as without them). Terms: result, knockouts dealt
+    and taken, HP fractions dealt and taken (from the first decision to the end), and ``shaping``, the dense
+    reward's sum."""
+    states = [step["team"] for step in battle.steps] + [battle.end]
+    rewards = [0.0] * len(battle.steps)
+    rewards[-1] = battle.result
+    shaping = 0.0
+    if weights.any:
+        dense = shaping_rewards(states, weights, gamma)
+        rewards = [r + d for r, d in zip(rewards, dense, strict=True)]
+        shaping = sum(dense)
+    moved = step_terms(states)
+    terms = {"result": battle.result, "knockouts_dealt": float(battle.end.opponent_fainted),
+             "knockouts_taken": float(battle.end.own_fainted),
+             "hp_dealt": sum(m["hp_dealt"] for m in moved), "hp_taken": sum(m["hp_taken"] for m in moved),
+             "shaping": shaping}
+    return rewards, terms
+
+
+def battles_to_rollout(battles: list[RecordedBattle], seq_len: int, weights: RewardWeights = RewardWeights(),
+                       gamma: float = 0.99):
     """Finished battles → a ``training/ppo.Rollout``, one battle per column, padded at the end to a multiple of
-    ``seq_len`` (``mask`` False there); the result is the reward of each battle's last decision, which is terminal."""
-    longest = max(len(steps) for steps, *_ in battles)
+    ``seq_len`` (``mask`` False there); rewards from ``battle_rewards`` (the result at each battle's last decision,
+    which is terminal, plus the dense terms ``weights`` set). Decisions recorded with their encoder inputs give the
+    rollout's ``inputs`` (tokens, numeric, turns) for a trained encoder."""
+    longest = max(len(b.steps) for b in battles)
     t = -(-longest // seq_len) * seq_len
     n = len(battles)
-    first = battles[0][0][0]
+    first = battles[0].steps[0]
 
     def column(key, fill):
         out = torch.full((t, n, *torch.as_tensor(first[key]).shape), fill, dtype=torch.as_tensor(first[key]).dtype)
-        for j, (steps, *_) in enumerate(battles):
-            out[:len(steps), j] = torch.stack([torch.as_tensor(s[key]) for s in steps])
+        for j, b in enumerate(battles):
+            out[:len(b.steps), j] = torch.stack([torch.as_tensor(s[key]) for s in b.steps])
         return out
 
     mask = torch.zeros(t, n, dtype=torch.bool)
     rewards = torch.zeros(t, n)
     terminated = torch.zeros(t, n, dtype=torch.bool)
-    for j, (steps, result, *_) in enumerate(battles):
-        mask[:len(steps), j] = True
-        rewards[len(steps) - 1, j] = result
-        terminated[len(steps) - 1:, j] = True  # the end, and the padding after it (no value flows back from it)
+    for j, b in enumerate(battles):
+        mask[:len(b.steps), j] = True
+        rewards[:len(b.steps), j] = torch.tensor(battle_rewards(b, weights, gamma)[0])
+        terminated[len(b.steps) - 1:, j] = True  # the end, and the padding after it (no value flows back from it)
     values = column("values", 0.0)
     legal = column("legal", True)
+    inputs = None
+    if "tokens" in first:
+        inputs = {"tokens": column("tokens", 0), "numeric": column("numeric", 0.0), "turns": column("turns", 0)}
     return Rollout(obs=column("obs", 0.0), opponent=column("opponent", 0.0),
                    opponent_valid=column("opponent_valid", False), legal=legal,
                    episode_start=column("episode_start", True), actions=column("actions", 0),
@@ -72,19 +167,32 @@ def battles_to_rollout(battles: list[tuple], seq_len: int):
                    truncated=torch.zeros(t, n, dtype=torch.bool),
                    next_values=torch.cat([values[1:], torch.zeros(1, n)]), states=(column("h", 0.0),
                                                                                    column("c", 0.0)),
-                   mask=mask)
+                   mask=mask, inputs=inputs)
+
+
+def battle_draws(draw_opponent, draw_seed: int, update: int, index: int, battles: int) -> collections.Counter:
+    """The opponents of runner ``index``'s ``battles`` battles of an update, each drawn on its own by its key
+    (``draw_seed``, update, index, battle): ``draw_opponent(key)`` (``training/selfplay.LeagueActor.draw``), counted
+    by opponent."""
+    return collections.Counter(draw_opponent((draw_seed, update, index, b)) for b in range(battles))
 
 
 class PokemonRunner:
     """Plays real battles for the learner on its own local Showdown server (started on a free loopback port, stopped
     by PID when the runner closes) against opponents drawn from the league: past snapshots (the same player with a
-    snapshot's weights, recording nothing) or poke-env's scripted bots. Runs as a Ray actor or in process."""
+    snapshot's weights, recording nothing) or poke-env's scripted bots. Runs as a Ray actor or in process.
+
+    ``draw_opponent(key)`` → the ``Opponent`` of the battle ``key`` names: (``draw_seed``, update, ``index``, battle),
+    the update counted from ``first_update``. ``record_inputs``: record each decision's encoder window (a trained
+    encoder); ``collect`` then also takes the encoder's weights of the update."""
 
     def __init__(self, bc_model, context: int, policy_cfg, *, battle_format: str = "gen9randombattle",
-                 seed: int = 0, draw_opponent=None, snapshot_weights=None, concurrency: int = 2):
+                 seed: int = 0, draw_opponent=None, snapshot_weights=None, concurrency: int = 2, index: int = 0,
+                 first_update: int = 0, draw_seed: int = 0, record_inputs: bool = False):
         self.bc_model, self.context, self.policy_cfg = bc_model.eval(), context, policy_cfg
         self.format, self.seed, self.concurrency = battle_format, seed, concurrency
         self.draw_opponent, self.snapshot_weights = draw_opponent, snapshot_weights
+        self.index, self.update, self.draw_seed, self.record_inputs = index, first_update, draw_seed, record_inputs
         self.policy = RecurrentPolicy(policy_cfg)
         self._server = showdown_server(free_port())
         self.url = self._server.__enter__()
@@ -97,17 +205,22 @@ class PokemonRunner:
         if opponent.kind == "snapshot":
             policy = RecurrentPolicy(self.policy_cfg)
             policy.load_state_dict(self.snapshot_weights(opponent.name))
+            # on the runner's encoder, which a trained encoder (--encoder-lr) brings up to the update: a snapshot
+            # keeps its policy only (an encoder per snapshot would be ~60 MB each at the small preset)
             return SelfPlayPlayer(self.bc_model, self.context, policy, account, record=False, seed=self.seed + 1,
                                   **common)
         return getattr(players, OPPONENT_CLASSES[opponent.name])(account, **common)
 
-    def collect(self, weights: dict, battles: int) -> tuple[list[tuple], list]:
-        """``battles`` battles with the learner's ``weights``, each against its own opponent drawn from the league
-        (battles against the same opponent run together): (the learner's recorded battles as (decisions, result,
-        knockouts, opponent), an ``Episode`` per finished one)."""
+    def collect(self, weights: dict, battles: int, encoder_weights: dict | None = None):
+        """``battles`` battles with the learner's ``weights`` (and, for a trained encoder, ``encoder_weights``),
+        each against its own opponent drawn from the league (battles against the same opponent run together):
+        (the learner's ``RecordedBattle``s, the draws counted by opponent)."""
         self.policy.load_state_dict(weights)
-        drawn = collections.Counter(self.draw_opponent() for _ in range(battles))
+        if encoder_weights is not None:
+            self.bc_model.load_state_dict(encoder_weights)
+        drawn = battle_draws(self.draw_opponent, self.draw_seed, self.update, self.index, battles)
         self.rounds += 1
+        self.update += 1
         tag = f"{self.seed % 1000}x{self.rounds % 1000}"  # Showdown names are at most 18 characters
         made = {}
 
@@ -115,7 +228,8 @@ class PokemonRunner:
             learner = made["learner"] = SelfPlayPlayer(
                 self.bc_model, self.context, self.policy, AccountConfiguration(f"rf learner {tag}", None),
                 server_configuration=ServerConfiguration(self.url, None), battle_format=self.format,
-                max_concurrent_battles=self.concurrency, seed=self.seed + self.rounds)
+                max_concurrent_battles=self.concurrency, seed=self.seed + self.rounds,
+                record_inputs=self.record_inputs)
             clients = [learner]
             for k, (choice, n) in enumerate(sorted(drawn.items(), key=lambda item: item[0].name)):
                 opponent = self._opponent(choice, f"{tag}o{k}")
@@ -125,14 +239,20 @@ class PokemonRunner:
             await asyncio.gather(*(c.ps_client.stop_listening() for c in clients), return_exceptions=True)
 
         asyncio.run(play())
-        finished = made["learner"].finished
-        return finished, [Episode(opponent=opponent, side=0, frames=len(steps),
-                                  terms={"result": result, "knockouts_dealt": dealt, "knockouts_taken": taken},
-                                  reward=result, score=(result + 1.0) / 2.0, truncated=False)
-                          for steps, result, (dealt, taken), opponent in finished]
+        return made["learner"].finished, drawn
 
     def close(self) -> None:
         self._server.__exit__(None, None, None)
+
+
+def episodes_of(battles: list[RecordedBattle], weights: RewardWeights, gamma: float) -> list[Episode]:
+    """An ``Episode`` per battle: its terms (``battle_rewards``), its summed reward, the score of its result."""
+    episodes = []
+    for b in battles:
+        rewards, terms = battle_rewards(b, weights, gamma)
+        episodes.append(Episode(opponent=b.opponent, side=0, frames=len(b.steps), terms=terms, reward=sum(rewards),
+                                score=(b.result + 1.0) / 2.0, truncated=False))
+    return episodes
 
 
 def untrained_encoder(preset: str, seed: int):
@@ -148,34 +268,58 @@ class PokemonSelfPlayConfig(SelfPlayCoreConfig):
 
     Attributes:
         policy_init: the offline-RL checkpoint (training/pokemon/offline_rl.py) whose turn features the policy
-            reads (frozen) and whose actor head it starts from; empty: from scratch, on an untrained encoder.
-        encoder_preset: from scratch: size of the untrained, frozen turn encoder (models/pokemon_policy.py).
+            reads and whose actor head it starts from; empty: from scratch, on an untrained encoder.
+        encoder_preset: from scratch: size of the untrained turn encoder (models/pokemon_policy.py).
         encoder_context: from scratch: turns the encoder reads per decision (the LSTM carries the rest).
+        encoder_lr: learning rate of the turn encoder, trained with the policy (annealed as ``lr`` is); 0: frozen.
+            Each decision then records its window of turns (context × 87 ids and 50 numbers) for the update.
         battle_format: the format of the battles.
         battles_per_runner: battles each runner plays per update (its rollout).
+        reward_knockout_dealt: dense reward per opponent's Pokémon knocked out (0: none).
+        reward_knockout_taken: dense penalty per own Pokémon knocked out (0: none).
+        reward_hp_swing: dense reward per unit of HP swing each decision: the opponent's team HP fraction lost minus
+            one's own (0: none).
+        reward_keep_optimum: shape the dense terms as γΦ(s') − Φ(s), Φ = 0 at the end, which keeps the optimal
+            policy of the result alone; otherwise plain differences, which also pay for winning by more (see
+            ``shaping_rewards``).
     """
 
     policy_init: str = ""
     encoder_preset: str = "small"
     encoder_context: int = 4
+    encoder_lr: float = 0.0
     battle_format: str = "gen9randombattle"
     battles_per_runner: int = 4
+    reward_knockout_dealt: float = 0.0
+    reward_knockout_taken: float = 0.0
+    reward_hp_swing: float = 0.0
+    reward_keep_optimum: bool = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.encoder_lr < 0:
+            raise ValueError("--encoder-lr must be >= 0 (0: the encoder stays frozen)")
 
     def normalized(self):
         cfg = super().normalized()
         return dataclasses.replace(cfg, policy_init=storage.normalize(cfg.policy_init)) if cfg.policy_init else cfg
 
+    def reward_weights(self) -> RewardWeights:
+        return RewardWeights(knockout_dealt=self.reward_knockout_dealt, knockout_taken=self.reward_knockout_taken,
+                             hp_swing=self.reward_hp_swing, keep_optimum=self.reward_keep_optimum)
+
 
 class PokemonSelfPlay:
     """Real Pokémon battles as ``training/selfplay.py``'s environment. With ``--policy-init`` (an offline-RL
-    checkpoint) its turn features (frozen) are the observations and its actor head starts the policy, so at step 0
-    the learner chooses as that policy does; the checkpoint's observation spec and vocabulary are checked against
-    this code's before any battle. Without it, the run starts from scratch: the observations are the turn features
-    of an untrained encoder of ``--encoder-preset`` (frozen, initialised from ``--seed``) and the policy starts as
-    initialised. Either encoder is saved in every checkpoint."""
+    checkpoint) its turn features are the observations and its actor head starts the policy, so at step 0 the
+    learner chooses as that policy does; the checkpoint's observation spec and vocabulary are checked against this
+    code's before any battle. Without it, the run starts from scratch: the observations are the turn features of an
+    untrained encoder of ``--encoder-preset`` (initialised from ``--seed``) and the policy starts as initialised.
+    Either encoder is frozen unless ``--encoder-lr`` trains it, and is saved in every checkpoint (with its
+    optimizer's state where it trains), so evaluation plays the encoder the policy was trained on."""
 
     kind = "pokemon_selfplay"
-    reward_terms = ("result", "knockouts_dealt", "knockouts_taken")
+    reward_terms = ("result", "knockouts_dealt", "knockouts_taken", "hp_dealt", "hp_taken", "shaping")
     knockout_term = "knockouts_dealt"
 
     @staticmethod
@@ -199,6 +343,9 @@ class PokemonSelfPlay:
             self.context, self.data = cfg.encoder_context, live_identity(POKEMON_OBSERVATION)
             self.source = f"untrained {cfg.encoder_preset} (seed {cfg.seed})"
         self.num_envs = cfg.num_runners * cfg.battles_per_runner  # rollout columns: one per battle
+        self.encoder_optimizer = None  # where --encoder-lr trains the encoder (``trainable_encoder``)
+        self._encoder_optimizer_state = None  # a resumed run's, until ``trainable_encoder`` loads it
+        self._drawn: collections.Counter = collections.Counter()
 
     def policy_config(self):
         return RecurrentPolicyConfig(d_obs=self.bc.cfg.d_model, num_actions=NUM_POLICY_ACTIONS,
@@ -214,18 +361,36 @@ class PokemonSelfPlay:
     def reference_policy(self):
         """With ``--policy-init``, the offline-RL policy's actor head (frozen, a copy), mapping the observations to
         the logits of the policy the run started from (``--reference-kl``); from scratch, None. Called after
-        ``restore``, so a resumed run's reference is the checkpointed encoder's head."""
+        ``restore``, so a resumed run's reference is the checkpointed encoder's head. With a trained encoder it
+        reads the features the runners recorded (today's encoder's), not the starting encoder's."""
         if not self.cfg.policy_init:
             return None
         return copy.deepcopy(self.bc.actor).requires_grad_(False)
 
+    def trainable_encoder(self, device, ppo) -> TrainableEncoder | None:
+        """With ``--encoder-lr``, the encoder as the learner trains it (``TurnFeatures`` over the recorded windows,
+        its own AdamW, a resumed run's optimizer state loaded); else None (frozen)."""
+        if not self.cfg.encoder_lr:
+            return None
+        self.bc.to(device)
+        # the turn transformer only: the offline-RL heads (actor, critic) are not on the features' path
+        params = [p.requires_grad_(True) for name, p in self.bc.named_parameters()
+                  if not name.startswith(("actor.", "critic."))]
+        self.encoder_optimizer = torch.optim.AdamW(params, lr=self.cfg.encoder_lr, weight_decay=0.0)
+        if self._encoder_optimizer_state is not None:
+            self.encoder_optimizer.load_state_dict(self._encoder_optimizer_state)
+        return TrainableEncoder(module=TurnFeatures(self.bc, self.cfg.opponent_window),
+                                optimizer=self.encoder_optimizer, lr=self.cfg.encoder_lr, grad_clip=ppo.grad_clip)
+
     def extra(self) -> dict:
-        """What a checkpoint keeps beside the policy: the frozen encoder its observations come from."""
-        return {"encoder": encoder_state(self.bc, self.context, self.source)}
+        """What a checkpoint keeps beside the policy: the encoder its observations come from (and, trained, its
+        optimizer's state)."""
+        return {"encoder": encoder_state(self.bc, self.context, self.source, self.encoder_optimizer)}
 
     def restore(self, extra: dict) -> None:
-        """On resume, the encoder the run was started with (before any runner is made)."""
+        """On resume, the encoder the run had reached (before any runner is made), and its optimizer's state."""
         self.bc, self.context = encoder_from_state(extra["encoder"])
+        self._encoder_optimizer_state = extra["encoder"].get("optimizer")
 
     def league_config(self):
         return self.cfg.league(strong=("heuristic", "maxbp"), weak=("random",))
@@ -237,17 +402,34 @@ class PokemonSelfPlay:
         import ray  # not at the top: ray is imported only after training/loop.init_local_ray (pipelines/ray_start.py)
 
         cls = ray.remote(num_cpus=self.cfg.cpus_per_runner, scheduling_strategy=ACTOR_SCHEDULING)(PokemonRunner)
-        return [cls.remote(self.bc, self.context, policy_cfg, battle_format=self.cfg.battle_format,
+        encoder = copy.deepcopy(self.bc).cpu().eval().requires_grad_(False)  # the learner's may be on its GPU
+        return [cls.remote(encoder, self.context, policy_cfg, battle_format=self.cfg.battle_format,
                            seed=self.cfg.seed * 1000 + first_update * 10 + i, draw_opponent=draw,
-                           snapshot_weights=weights_of) for i in range(self.cfg.num_runners)]
+                           snapshot_weights=weights_of, index=i, first_update=first_update, draw_seed=self.cfg.seed,
+                           record_inputs=self.cfg.encoder_lr > 0) for i in range(self.cfg.num_runners)]
 
     def collect(self, runners: list, weights_ref, ppo):
         """(the runners' battles, one per column, finished ``Episode``s)."""
         import ray  # see runners: ray only after init_local_ray
 
-        results = ray.get([r.collect.remote(weights_ref, self.cfg.battles_per_runner) for r in runners])
+        encoder_ref = None
+        if self.cfg.encoder_lr:
+            encoder_ref = ray.put({k: v.detach().cpu().clone() for k, v in self.bc.state_dict().items()})
+        results = ray.get([r.collect.remote(weights_ref, self.cfg.battles_per_runner, encoder_ref)
+                           for r in runners])
         battles = [b for recorded, _ in results for b in recorded]
-        return battles_to_rollout(battles, ppo.seq_len), [e for _, episodes in results for e in episodes]
+        self._drawn = sum((drawn for _, drawn in results), collections.Counter())
+        weights = self.cfg.reward_weights()
+        return (battles_to_rollout(battles, ppo.seq_len, weights, ppo.gamma),
+                episodes_of(battles, weights, ppo.gamma))
+
+    def collect_metrics(self) -> dict:
+        """The last ``collect``'s draws: battles drawn against snapshots and against each bot (one column each)."""
+        league = self.league_config()
+        out = {"drawn_snapshot": sum(n for o, n in self._drawn.items() if o.kind == "snapshot")}
+        for bot in (*league.strong, *league.weak):
+            out[f"drawn_{bot}"] = sum(n for o, n in self._drawn.items() if o.kind != "snapshot" and o.name == bot)
+        return out
 
     def close(self, runners: list) -> None:
         """Stop every runner's Showdown server (by PID, in the runner)."""

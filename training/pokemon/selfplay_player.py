@@ -1,44 +1,102 @@
 """The self-play learner's live player: ``PolicyPlayer``'s view of the battle (the server's protocol through the
-tracker and observation spec), choosing with a self-play policy (``models/ppo_policy.RecurrentPolicy``) on top of a
-frozen offline-RL policy's turn features, and recording its own decisions for PPO (``training/pokemon/selfplay.py``).
+tracker and observation spec), choosing with a self-play policy (``models/ppo_policy.RecurrentPolicy``) on top of an
+offline-RL policy's turn features (frozen, or trained with the policy: ``--encoder-lr``), and recording its own
+decisions for PPO (``training/pokemon/selfplay.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import torch
+from torch import nn
 
 from models.pokemon_policy import PokemonPolicy, PolicyConfig
 from training.checkpoints import config_from_dict
 from training.pokemon.player import PolicyPlayer
 
 
+class TeamState(NamedTuple):
+    """Both teams as the player's own stream shows them at one moment: HP as a fraction of each whole team (an
+    opponent's Pokémon not yet seen counts as unhurt) and Pokémon fainted."""
+
+    own_hp: float
+    opponent_hp: float
+    own_fainted: int
+    opponent_fainted: int
+
+
+def team_state(battle) -> TeamState:
+    """``TeamState`` of a poke-env battle: own HP from the requests, the opponent's as the protocol showed it (in
+    percent), each team of the larger of both known sizes (6 in random battles)."""
+    own, theirs = list(battle.team.values()), list(battle.opponent_team.values())
+    size = max(len(own), len(theirs), 1)
+    unseen = size - len(theirs)  # not yet sent out: full HP as far as this player knows
+    return TeamState(own_hp=sum(mon.current_hp_fraction for mon in own) / size,
+                     opponent_hp=(sum(mon.current_hp_fraction for mon in theirs) + unseen) / size,
+                     own_fainted=sum(mon.fainted for mon in own), opponent_fainted=sum(mon.fainted for mon in theirs))
+
+
+def window_features(features: torch.Tensor, turns: torch.Tensor, window: int):
+    """What the self-play policy reads from a window's turn features: features (M, C, d) of right-padded windows
+    with ``turns`` (M,) valid turns each → (obs (M, d): the last valid turn's, opponent (M, W, d): the up to W turns
+    before it, right-aligned with zeros in front, opponent_valid (M, W) bool). A row with no valid turn (rollout
+    padding) gives turn 0's features, which every loss masks out."""
+    m, _, d = features.shape
+    last = (turns.long() - 1).clamp(min=0)  # (M,)
+    obs = features[torch.arange(m, device=features.device), last]  # (M, d)
+    before = last[:, None] - window + torch.arange(window, device=features.device)  # (M, W): turn ids, oldest first
+    valid = before >= 0
+    gathered = features.gather(1, before.clamp(min=0)[..., None].expand(m, window, d))  # (M, W, d)
+    return obs, torch.where(valid[..., None], gathered, torch.zeros((), dtype=features.dtype)), valid
+
+
+class TurnFeatures(nn.Module):
+    """The offline-RL encoder (``models/pokemon_policy.PokemonPolicy``) as the self-play policy's observation
+    backbone over recorded windows, with gradients (the learner's side of ``--encoder-lr``): tokens (B, T, C, 87),
+    numeric (B, T, C, 50) right-padded windows of C turns, turns (B, T) valid turns per window → (obs (B, T, d),
+    opponent (B, T, W, d), opponent_valid (B, T, W)), as ``SelfPlayPlayer.select`` reads them while playing."""
+
+    def __init__(self, model: PokemonPolicy, window: int):
+        super().__init__()
+        self.model, self.window = model, window
+
+    def forward(self, tokens: torch.Tensor, numeric: torch.Tensor, turns: torch.Tensor):
+        b, t, c = tokens.shape[:3]
+        flat_turns = turns.reshape(b * t)
+        valid = torch.arange(c, device=tokens.device) < flat_turns[:, None]  # (B·T, C); causal: unused, see model
+        features = self.model.features(tokens.reshape(b * t, c, -1).long(), numeric.reshape(b * t, c, -1), valid)
+        obs, opponent, opponent_valid = window_features(features, flat_turns, self.window)
+        return (obs.reshape(b, t, -1), opponent.reshape(b, t, self.window, -1),
+                opponent_valid.reshape(b, t, self.window))
+
+
 class SelfPlayPlayer(PolicyPlayer):
-    """Chooses with the self-play policy over the offline-RL policy's turn features; records its decisions."""
+    """Chooses with the self-play policy over the offline-RL policy's turn features; records its decisions, with
+    both teams' state at each (dense rewards) and, with ``record_inputs``, the window of turns the encoder read (a
+    trained encoder's features are recomputed from them in the update)."""
 
     def __init__(self, bc_model, context: int, policy, *args, record: bool = True, greedy: bool = False,
-                 seed: int = 0, **kwargs):
+                 seed: int = 0, record_inputs: bool = False, **kwargs):
         super().__init__(bc_model, context, *args, **kwargs)
-        self.policy, self.record, self.greedy = policy.eval(), record, greedy
+        self.policy, self.record, self.greedy, self.record_inputs = policy.eval(), record, greedy, record_inputs
         self.states: dict[str, tuple] = {}
         self.steps: dict[str, list[dict]] = {}
-        self.finished: list[tuple] = []  # (decisions, result, (knockouts dealt, taken), opponent)
+        self.finished: list[RecordedBattle] = []
         self.opponent = None  # the league's Opponent of the battles now being played
         self.generator = torch.Generator().manual_seed(seed)
 
     def select(self, battle, tokens, numeric, legal) -> int:
         tag, window = battle.battle_tag, self.policy.cfg.opponent_window
+        turns = tokens.shape[1]
         with torch.no_grad():
-            features = self.model.features(tokens, numeric, torch.ones(legal.shape[:2], dtype=torch.bool))[0]
-            past = features[:-1][-window:]  # (≤ N, d): its earlier turns, what the opponent did shows in them
-            opponent = torch.zeros(window, features.shape[-1])
-            valid = torch.zeros(window, dtype=torch.bool)
-            if len(past):
-                opponent[window - len(past):], valid[window - len(past):] = past, True
+            features = self.model.features(tokens, numeric, torch.ones(legal.shape[:2], dtype=torch.bool))
+            # its earlier turns, what the opponent did shows in them
+            obs, opponent, valid = (x[0] for x in window_features(features, torch.tensor([turns]), window))
             start = tag not in self.states
             state = self.states.get(tag) or self.policy.initial_state(1)
-            out = self.policy.step(features[-1][None], opponent[None], valid[None], torch.tensor([start]),
+            out = self.policy.step(obs[None], opponent[None], valid[None], torch.tensor([start]),
                                    legal[0, -1][None], state)
             probs = torch.softmax(out.logits[0, 0].float(), -1)
             # greedy: evaluation, as PolicyPlayer (the same choice as the offline-RL policy at step 0)
@@ -46,10 +104,15 @@ class SelfPlayPlayer(PolicyPlayer):
                                                                                      generator=self.generator))
         self.states[tag] = out.state
         if self.record:
-            self.steps.setdefault(tag, []).append({
-                "obs": features[-1], "opponent": opponent, "opponent_valid": valid, "legal": legal[0, -1],
-                "episode_start": start, "actions": action, "logp": torch.log(probs[action]),
-                "values": out.values[0, 0], "h": state[0][0], "c": state[1][0]})
+            step = {"obs": obs, "opponent": opponent, "opponent_valid": valid, "legal": legal[0, -1],
+                    "episode_start": start, "actions": action, "logp": torch.log(probs[action]),
+                    "values": out.values[0, 0], "h": state[0][0], "c": state[1][0], "team": team_state(battle)}
+            if self.record_inputs:  # the window right-padded to the context (C, ...): one shape for every step
+                pad = self.context - turns
+                step["tokens"] = torch.nn.functional.pad(tokens[0].to(torch.int32), (0, 0, 0, pad))
+                step["numeric"] = torch.nn.functional.pad(numeric[0].float(), (0, 0, 0, pad))
+                step["turns"] = turns
+            self.steps.setdefault(tag, []).append(step)
         return action
 
     def _battle_finished_callback(self, battle):
@@ -57,21 +120,35 @@ class SelfPlayPlayer(PolicyPlayer):
         self.states.pop(battle.battle_tag, None)
         if self.record and steps:
             result = 1.0 if battle.won else -1.0 if battle.lost else 0.0
-            knockouts = (sum(mon.fainted for mon in battle.opponent_team.values()),
-                         sum(mon.fainted for mon in battle.team.values()))
-            self.finished.append((steps, result, knockouts, self.opponent))
+            self.finished.append(RecordedBattle(steps=steps, result=result, end=team_state(battle),
+                                                opponent=self.opponent))
         super()._battle_finished_callback(battle)
 
 
-def encoder_state(model, context: int, source: str) -> dict:
-    """The frozen turn encoder as a self-play checkpoint keeps it (``extra["encoder"]``): evaluation and resume
-    rebuild it from the checkpoint alone, whatever became of ``--policy-init``."""
-    return {"model_config": dataclasses.asdict(model.cfg), "model": model.state_dict(), "context": int(context),
-            "source": source}
+@dataclasses.dataclass
+class RecordedBattle:
+    """One battle of the learner: its decisions (each a dict of what PPO trains on, with ``team``: the
+    ``TeamState`` when it chose), the result (+1 won, -1 lost, 0 tie), the teams at the end, and the opponent."""
+
+    steps: list[dict]
+    result: float
+    end: TeamState
+    opponent: object = None
+
+
+def encoder_state(model, context: int, source: str, optimizer=None) -> dict:
+    """The turn encoder as a self-play checkpoint keeps it (``extra["encoder"]``): evaluation and resume rebuild it
+    from the checkpoint alone, whatever became of ``--policy-init``. A trained encoder (``--encoder-lr``) keeps its
+    optimizer's state too (``optimizer``), so a resumed run continues exactly."""
+    state = {"model_config": dataclasses.asdict(model.cfg), "model": model.state_dict(), "context": int(context),
+             "source": source}
+    if optimizer is not None:
+        state["optimizer"] = optimizer.state_dict()
+    return state
 
 
 def encoder_from_state(state: dict):
-    """(frozen encoder, context) from ``encoder_state``'s dict."""
+    """(encoder, context) from ``encoder_state``'s dict, frozen (the trainer turns gradients on where it trains it)."""
     model = PokemonPolicy(config_from_dict(PolicyConfig, state["model_config"]))
     model.load_state_dict(state["model"])
     return model.eval().requires_grad_(False), int(state["context"])
