@@ -29,7 +29,7 @@ from pipelines.cli import command_config
 from pipelines.console import eta_s, progress_line
 from pipelines.pokemon.dex import node_env
 from training.pokemon.players import load_player
-from training.pokemon.showdown_server import showdown_server
+from training.pokemon.showdown_server import CLIENT_TIMEOUTS, showdown_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -139,17 +139,14 @@ async def _play(cfg: EvalConfig, url: str, log=print) -> list[dict]:
         for k, name in enumerate(names):
             # Showdown names are at most 18 characters; longer ones are cut and the login check fails
             tag = f"{fmt[3]}{fmt[-2:]}{k}"
-            player = make_player(AccountConfiguration(f"rf policy {tag}", None),
-                            server_configuration=server, battle_format=fmt, max_concurrent_battles=cfg.concurrency,
-                            team=team(0))
+            opts = {"server_configuration": server, "battle_format": fmt,
+                    "max_concurrent_battles": cfg.concurrency, **CLIENT_TIMEOUTS}
+            player = make_player(AccountConfiguration(f"rf policy {tag}", None), team=team(0), **opts)
             if make_other is not None:
-                opponent = make_other(AccountConfiguration(f"rf other {tag}", None),
-                                  server_configuration=server, battle_format=fmt,
-                                  max_concurrent_battles=cfg.concurrency, team=team(k + 1))
+                opponent = make_other(AccountConfiguration(f"rf other {tag}", None), team=team(k + 1), **opts)
             else:
-                opponent = classes[name](AccountConfiguration(f"rf {name[:5]} {tag}", None),
-                                         server_configuration=server, battle_format=fmt,
-                                         max_concurrent_battles=cfg.concurrency, team=team(k + 1))
+                opponent = classes[name](AccountConfiguration(f"rf {name[:5]} {tag}", None), team=team(k + 1),
+                                         **opts)
             jobs.append((fmt, name, player, player.battle_against(opponent, n_battles=cfg.battles)))
             clients.extend([player, opponent])
     progress = asyncio.create_task(_show_progress([player for _, _, player, _ in jobs], cfg.battles * len(jobs), log))

@@ -39,7 +39,7 @@ from shards_schema import storage
 from training.pokemon.evaluate import RotatingTeambuilder, export_teams, wilson_interval
 from training.pokemon.players import load_player
 from training.pokemon.scripted_player import ScriptedPlayer
-from training.pokemon.showdown_server import showdown_server
+from training.pokemon.showdown_server import CLIENT_TIMEOUTS, showdown_server
 from tune import sweeps
 
 BUILTIN = {"random": ("RandomPlayer", RandomPlayer), "maxbp": ("MaxBasePowerPlayer", MaxBasePowerPlayer),
@@ -260,7 +260,7 @@ async def _play(cfg: LadderConfig, entrants: list[Entrant], url: str, log) -> li
                 for first, second, first_team, second_team in ((a, b, a, b), (b, a, a, b)):
                     job = len(halves)
                     opts = {"server_configuration": server, "battle_format": fmt,
-                            "max_concurrent_battles": cfg.concurrency}
+                            "max_concurrent_battles": cfg.concurrency, **CLIENT_TIMEOUTS}
                     # Showdown names are at most 18 characters; longer ones are cut and the login check fails
                     challenger = entrants[first].make(AccountConfiguration(f"rf ladder {job}a", None),
                                                       team=team(first_team), **opts)

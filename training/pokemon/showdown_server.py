@@ -18,6 +18,12 @@ from pathlib import Path
 
 from pipelines.pokemon.dex import showdown_dir
 
+CLIENT_TIMEOUTS = {"open_timeout": 120.0, "ping_interval": None}
+"""poke-env client options for the local server. poke-env's default 10 s websocket handshake timed out for one of a
+ladder's 12 players under load (load average 20 on 2 cores, 2026-11-26): that player never joined and its battles
+were never played. On loopback a slow handshake is load, not a dead peer, and there is no peer for keepalive pings
+to find."""
+
 
 def free_port() -> int:
     with socket.socket() as s:
