@@ -1,5 +1,5 @@
 """Self-play in real Pokémon battles: poke-env players on a local Showdown server (127.0.0.1, an explicit port,
-stopped by PID), the learner playing with the self-play policy on top of a frozen offline-RL policy's turn features.
+stopped by PID), the learner playing with the self-play policy on top of an offline-RL policy's turn features.
 
 The learner's player (``training/pokemon/selfplay_player.SelfPlayPlayer``) sees exactly what evaluation sees (the
 server's protocol through the project's tracker and observation spec); per turn it reads the offline-RL policy's
@@ -13,10 +13,12 @@ learner recomputes the features from them with gradients (``training/ppo.Trainab
 Each battle's opponent is drawn from the league on its own, from a key (run seed, update, runner, battle), so the
 draws of an update are the same whatever order the runners ask in, and on resume.
 
-A battle is an episode of its own length; ``PokemonRunner.collect`` lays finished battles one per column, padded
-at the end, with ``Rollout.mask`` False on the padding.
+A battle is an episode of its own length; ``battles_to_rollout`` lays finished battles one per column, padded at
+the end, with ``Rollout.mask`` False on the padding.
 
     python training/selfplay.py --env pokemon --policy-init RUN/ray/.../checkpoint_000040 --out runs/selfplay-pkmn
+    python training/selfplay.py --env pokemon --policy-init ... --out ... --encoder-lr 1e-5 \
+        --reward-hp-swing 0.5 --reward-knockout-dealt 0.1 --reward-knockout-taken 0.1   # dense terms, trained encoder
 """
 
 from __future__ import annotations

@@ -56,7 +56,9 @@ class TurnFeatures(nn.Module):
     """The offline-RL encoder (``models/pokemon_policy.PokemonPolicy``) as the self-play policy's observation
     backbone over recorded windows, with gradients (the learner's side of ``--encoder-lr``): tokens (B, T, C, 87),
     numeric (B, T, C, 50) right-padded windows of C turns, turns (B, T) valid turns per window → (obs (B, T, d),
-    opponent (B, T, W, d), opponent_valid (B, T, W)), as ``SelfPlayPlayer.select`` reads them while playing."""
+    opponent (B, T, W, d), opponent_valid (B, T, W)), as ``SelfPlayPlayer.select`` reads them while playing. Only
+    the decisions are encoded (``turns`` > 0): the rollout's padding after a battle's end is left at zeros, so a
+    minibatch costs its real decisions × C turns."""
 
     def __init__(self, model: PokemonPolicy, window: int):
         super().__init__()
@@ -65,11 +67,16 @@ class TurnFeatures(nn.Module):
     def forward(self, tokens: torch.Tensor, numeric: torch.Tensor, turns: torch.Tensor):
         b, t, c = tokens.shape[:3]
         flat_turns = turns.reshape(b * t)
-        valid = torch.arange(c, device=tokens.device) < flat_turns[:, None]  # (B·T, C); causal: unused, see model
-        features = self.model.features(tokens.reshape(b * t, c, -1).long(), numeric.reshape(b * t, c, -1), valid)
-        obs, opponent, opponent_valid = window_features(features, flat_turns, self.window)
-        return (obs.reshape(b, t, -1), opponent.reshape(b, t, self.window, -1),
-                opponent_valid.reshape(b, t, self.window))
+        real = (flat_turns > 0).nonzero().squeeze(-1)  # (M,): decisions, not the rollout's padding after a battle
+        valid = torch.arange(c, device=tokens.device) < flat_turns[real, None]  # (M, C); causal: unused, see model
+        features = self.model.features(tokens.reshape(b * t, c, -1)[real].long(),
+                                       numeric.reshape(b * t, c, -1)[real], valid)  # (M, C, d)
+        obs, opponent, opponent_valid = window_features(features, flat_turns[real], self.window)
+        d = features.shape[-1]
+        out_obs = obs.new_zeros(b * t, d).index_copy(0, real, obs)  # padding: zeros, masked out by every loss
+        out_opponent = opponent.new_zeros(b * t, self.window, d).index_copy(0, real, opponent)
+        out_valid = opponent_valid.new_zeros(b * t, self.window).index_copy(0, real, opponent_valid)
+        return out_obs.reshape(b, t, d), out_opponent.reshape(b, t, self.window, d), out_valid.reshape(b, t, -1)
 
 
 class SelfPlayPlayer(PolicyPlayer):
