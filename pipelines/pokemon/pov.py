@@ -6,6 +6,18 @@ row, rendered when the request arrives: in pokemon-showdown 0.11.11 a player's s
 and the request after it, so the tracker has seen exactly what the player saw when it chose. The player's recorded
 answer is the action. A request the simulator rejected and re-sent (``[Unavailable choice]``) has no recorded
 choice and is replaced by the re-sent one. A terminal row follows the battle's end.
+
+The mask is the request's choices, exactly (``unmasked_choices`` names any difference; the live player counts them):
+its enabled moves at their team move slots (and tera slots while it can terastallize), its switch targets. Two
+requests offer choices of another kind, and take actions of the 13 by this rule (the live player turns the action
+back into the same choice through ``Decision.slots``):
+- one move that is none of the Pokémon's own, beside switches (Struggle; gen 1's Fight while asleep, frozen or
+  partially trapped): action 0, "use a move" (``sole_move``);
+- Revival Blessing's choice of a fainted party member to revive: switch actions 4-8 name the fainted party members
+  in team order, and the state's ``available_switches`` lists them (fainted), as its request does
+  (``switch_targets``).
+A request whose one choice is none of the Pokémon's moves (Recharge, Struggle alone) has an empty mask and no
+action; a locked move of its own (Outrage, Thrash) is its slot, alone in the mask.
 """
 
 from __future__ import annotations
@@ -35,30 +47,74 @@ def _request_key(move_id: str, move_ids: list[str]) -> str:
     return key
 
 
-def unmasked_choices(request: dict, mask: list[bool], move_ids: list[str], *, reviving: bool = False) -> list[str]:
-    """Where a 13-action ``mask`` and the choices the server's ``request`` offers differ, one reason per difference:
-    an enabled move of the request that is none of the active Pokémon's first four team moves (a move copied by
-    Transform or Mimic, Struggle: the action space has no slot for it), a move slot the mask opens that the request
-    does not enable, or another number of switch targets. A request with one choice in all (a locked-in Recharge,
-    Struggle alone) decides nothing and is not counted; nor is Revival Blessing's choice of a fainted ally
-    (``reviving``), which has no action. What the live players count in every decision: the server's choices are
-    the truth, and a difference is a cause to find."""
+def is_reviving(request: dict) -> bool:
+    """A Revival Blessing request (gen 9): a forced switch whose targets are the fainted party members; the
+    reviving active Pokémon is marked ``reviving`` (pokemon-showdown 0.11.11 ``getSwitchRequestData``)."""
+    forced = bool(request.get("forceSwitch") and request["forceSwitch"][0])
+    return forced and any(p.get("reviving") for p in request["side"]["pokemon"])
+
+
+def switch_targets(request: dict) -> list[int]:
+    """Request team indices of the switch choices a request offers, in team order: the living benched Pokémon
+    (none while the active is trapped), or, for Revival Blessing, the fainted ones it can revive. Switch action
+    ``4 + k`` is target ``k`` (the first ``NUM_SWITCHES``). ``maybeTrapped`` (a foe's ability may trap) still
+    offers the switches: the server accepts or rejects them."""
     team = request["side"]["pokemon"]
     forced = bool(request.get("forceSwitch") and request["forceSwitch"][0])
-    active = request.get("active", [None])[0] if not forced else None
-    offered = [_request_key(m["id"], move_ids) for m in (active or {}).get("moves", []) if not m.get("disabled")]
-    switch_targets = 0
-    if not reviving and (forced or not (active and active.get("trapped"))):
-        switch_targets = sum(1 for p in team if not p.get("active") and not p["condition"].endswith("fnt"))
-    if len(offered) + switch_targets <= 1:
+    active = None if forced else (request.get("active") or [None])[0]
+    if is_reviving(request):
+        return [i for i, p in enumerate(team) if not p.get("active") and p["condition"].endswith("fnt")]
+    if not forced and active and active.get("trapped"):
         return []
-    reasons = [f"request move {key} is not a team move slot" for key in offered if key not in move_ids[:NUM_MOVES]]
-    enabled = {move_ids.index(key) for key in offered if key in move_ids[:NUM_MOVES]}
-    if {slot for slot in range(NUM_MOVES) if mask[slot]} - enabled:
+    return [i for i, p in enumerate(team) if not p.get("active") and not p["condition"].endswith("fnt")]
+
+
+def sole_move(request: dict, move_ids: list[str]) -> str | None:
+    """The request key of the move a move request offers in place of the Pokémon's own beside a switch, or None.
+    pokemon-showdown 0.11.11's ``getMoveRequestData`` lists one move that is none of the team's (``move_ids``) in
+    the Pokémon's place: Struggle when no move is usable (all out of PP, or disabled by Taunt, Disable, a Choice
+    lock, Imprison...), gen 1's Fight while its Pokémon is asleep, frozen or partially trapped (Wrap, Bind...: the
+    simulator then does what the gen 1 game does), Recharge after Hyper Beam, a locked move that Metronome or
+    Mirror Move called. Struggle and Fight come beside the switches unless the Pokémon is trapped, so using it or
+    switching is a real choice: the move is ``move 1`` of the request and action 0, "use a move", whatever the
+    simulator makes of it (the state still shows the Pokémon's own four moves). Alone (trapped, the last Pokémon,
+    Recharge and locked moves always) it is no decision: no action, an empty mask, as before."""
+    forced = bool(request.get("forceSwitch") and request["forceSwitch"][0])
+    active = None if forced else (request.get("active") or [None])[0]
+    listed = (active or {}).get("moves", [])
+    if len(listed) != 1 or listed[0].get("disabled") or not switch_targets(request):
+        return None
+    key = _request_key(listed[0]["id"], move_ids)
+    return None if key in move_ids[:NUM_MOVES] else key
+
+
+def unmasked_choices(request: dict, mask: list[bool], move_ids: list[str]) -> list[str]:
+    """Where a 13-action ``mask`` and the choices the server's ``request`` offers differ, one reason per difference:
+    an enabled move of the request that is none of the active Pokémon's first four team moves (a move copied by
+    Transform or Mimic that the team list lacks: the action space has no slot for it), a move slot the mask opens
+    that the request does not enable or the reverse, or another number of switch targets (``switch_targets``:
+    Revival Blessing's are the fainted party members). A request's only move that is none of the team's, beside a
+    switch (Struggle, gen 1's Fight: ``sole_move``), is slot 0. A request with one choice in all (a locked-in
+    Recharge, Struggle alone) decides nothing and is not counted. What the live players count in every decision:
+    the server's choices are the truth, and a difference is a cause to find."""
+    forced = bool(request.get("forceSwitch") and request["forceSwitch"][0])
+    active = None if forced else (request.get("active") or [None])[0]
+    offered = [_request_key(m["id"], move_ids) for m in (active or {}).get("moves", []) if not m.get("disabled")]
+    targets = len(switch_targets(request))
+    if len(offered) + targets <= 1:
+        return []
+    sole = sole_move(request, move_ids)
+    slot_ids = [sole] if sole is not None else move_ids[:NUM_MOVES]
+    reasons = [f"request move {key} is not a team move slot" for key in offered if key not in slot_ids]
+    enabled = {slot_ids.index(key) for key in offered if key in slot_ids}
+    masked_moves = {slot for slot in range(NUM_MOVES) if mask[slot]}
+    if masked_moves - enabled:
         reasons.append("mask opens a move the request does not enable")
+    if enabled - masked_moves:
+        reasons.append("request enables a move the mask does not open")
     masked_switches = sum(mask[NUM_MOVES:_TERA_OFFSET])
-    if min(switch_targets, NUM_SWITCHES) != masked_switches:
-        reasons.append(f"request offers {switch_targets} switches, mask {masked_switches}")
+    if min(targets, NUM_SWITCHES) != masked_switches:
+        reasons.append(f"request offers {targets} switches, mask {masked_switches}")
     return reasons
 
 
@@ -74,10 +130,13 @@ class Decision:
         foe = tracker.sides["p2" if self.side_id == "p1" else "p1"]
         team = req["side"]["pokemon"]
         forced = bool(req.get("forceSwitch") and req["forceSwitch"][0])
-        self.reviving = forced and any(p.get("reviving") for p in team)
+        self.reviving = is_reviving(req)
         active_req = req.get("active", [None])[0] if not forced else None
         active_slot = next((i for i, p in enumerate(team) if p.get("active")), None)
-        switch_slots = [i for i, p in enumerate(team) if not p.get("active") and not p["condition"].endswith("fnt")]
+        # the bench the state shows: the living benched Pokémon (trapped or not), or Revival Blessing's targets
+        targets = switch_targets(req)
+        switch_slots = targets if self.reviving else [
+            i for i, p in enumerate(team) if not p.get("active") and not p["condition"].endswith("fnt")]
 
         def own(i: int, with_request_moves: bool) -> dict:
             p = team[i]
@@ -137,7 +196,10 @@ class Decision:
         }
         mask = [False] * NUM_ACTIONS
         move_ids = [_move_key(m) for m in team[active_slot]["moves"]] if active_slot is not None else []
-        if active_req and not forced:
+        sole = sole_move(req, move_ids)
+        if sole is not None:  # Struggle or gen 1's Fight beside switches: the request's move 1 is action 0
+            mask[0] = True
+        elif active_req and not forced:
             for m in active_req.get("moves", []):
                 if m.get("disabled"):
                     continue
@@ -147,10 +209,11 @@ class Decision:
                     mask[slot] = True
                     if can_tera:
                         mask[_TERA_OFFSET + slot] = True
-        if not self.reviving and (forced or not (active_req and active_req.get("trapped"))):
-            for k in range(len(switches)):
-                mask[NUM_MOVES + k] = True
+        for k in range(min(len(targets), NUM_SWITCHES)):
+            mask[NUM_MOVES + k] = True
         self._facts = (active_req, move_ids, switch_slots, forced)
+        self.sole = sole  # the request's own move at action 0 (``sole_move``), or None
+        self._slot_moves = [sole] if sole is not None else move_ids
         self._mask = mask
         return state, mask
 
@@ -158,13 +221,15 @@ class Decision:
         """The choices this request offers that the mask does not hold, one reason each (empty when they agree;
         call after ``render_state_and_mask``): ``unmasked_choices`` of this request."""
         _, move_ids, _, _ = self._facts
-        return unmasked_choices(self.request, self._mask, move_ids, reviving=self.reviving)
+        return unmasked_choices(self.request, self._mask, move_ids)
 
     def slots(self) -> tuple[list[str], list[int]]:
-        """(move ids in action order, request team indices of the switch actions), after rendering: what a player
-        needs to turn an action id back into a simulator choice."""
-        _, move_ids, switch_slots, _ = self._facts
-        return move_ids, switch_slots
+        """(request move keys in action order, request team indices of the switch actions), after rendering: what
+        a player needs to turn an action id back into a simulator choice. The move keys are the team's moves, or,
+        where the request offers one move of its own beside switches (``sole_move``: Struggle, gen 1's Fight), that
+        move alone, at action 0; the switch targets are Revival Blessing's fainted party members in its request."""
+        _, _, switch_slots, _ = self._facts
+        return self._slot_moves, switch_slots
 
     def powers(self) -> tuple[bool, bool]:
         """(``zmove``, ``dynamax``) of the recorded choice (call after ``render_state_and_mask``)."""
@@ -179,9 +244,7 @@ class Decision:
         choice = (self.choice or "").split()
         if not choice:
             raise InvalidRecordError(f"{self.side_id}: no recorded choice for a decision request")
-        if choice[0] == "switch" and self.reviving:
-            return -1  # Revival Blessing picks a fainted party member: not one of the 13 actions
-        if choice[0] == "switch":
+        if choice[0] == "switch":  # Revival Blessing's targets are its fainted party members (``switch_targets``)
             slot = int(choice[1]) - 1
             if slot not in switch_slots:
                 raise IllegalActionError(f"{self.side_id} chose {self.choice!r}, not an available switch")
@@ -193,18 +256,22 @@ class Decision:
             if not 0 <= index < len(listed):
                 raise IllegalActionError(f"{self.side_id} chose {self.choice!r} with {len(listed)} moves listed")
             key = _request_key(listed[index]["id"], move_ids)
-            if key not in move_ids:  # Struggle, Recharge: forced, not one of the 13 choices
+            if self.sole is not None and key == self.sole:
+                return 0  # the request's own move (``sole_move``): action 0
+            if key not in move_ids:  # a move no team slot holds (``unmasked_choices`` names it): not an action
                 return -1
             slot = move_ids.index(key)
             return (_TERA_OFFSET + slot) if "terastallize" in choice[2:] else slot
         raise IllegalActionError(f"{self.side_id} answered {self.choice!r} to a request that did not allow it")
 
 
-def pov_trajectory(record: dict, side_id: str, dex: Dex) -> list[dict]:
-    """Rows of one player's trajectory from a generated battle record (see generate_battles.js)."""
-    fmt = record["format"]
-    tracker = BattleTracker(dex, fmt)
-    steps: list[tuple[dict, int, list[bool]]] = []
+def decisions(record: dict, side_id: str, dex: Dex) -> tuple[BattleTracker, list[tuple[dict, list[bool], Decision]],
+                                                             list[int | None]]:
+    """(the tracker at the end of the stream, (state, mask, decision) of each decision request the player answered,
+    the battle turn of each) of one player's stream in a generated battle record (see generate_battles.js): the
+    requests ``pov_trajectory`` makes rows of, a rejected and re-sent request once."""
+    tracker = BattleTracker(dex, record["format"])
+    steps: list[tuple[dict, list[bool], Decision]] = []
     turns: list[int | None] = []
     unanswered = False  # the last decision had no recorded choice: only a re-sent request may follow it
 
@@ -235,6 +302,13 @@ def pov_trajectory(record: dict, side_id: str, dex: Dex) -> list[dict]:
                 tracker.apply(line)
     if unanswered:
         raise InvalidRecordError(f"{side_id}: the last decision request has no recorded choice")
+    return tracker, steps, turns
+
+
+def pov_trajectory(record: dict, side_id: str, dex: Dex) -> list[dict]:
+    """Rows of one player's trajectory from a generated battle record (see generate_battles.js)."""
+    fmt = record["format"]
+    tracker, steps, turns = decisions(record, side_id, dex)
     try:
         powers = [decision.powers() for _, _, decision in steps]
         steps = [(state, decision.action(), mask) for state, mask, decision in steps]
