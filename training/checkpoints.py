@@ -11,8 +11,8 @@ A checkpoint is one ``state.pt`` of tensors and plain values (read with ``torch.
     model          state_dict
     optimizer      optimizer state_dict (resume)
     rng            every worker's Python/NumPy/torch RNG states (resume)
-    data           DataIdentity as a dict: the shard version, its schema/parser versions, the observation or feature
-                   spec the model reads and the vocabulary's sha256
+    data           DataIdentity as a dict: the shard version (and the versions trained on beside it), its
+                   schema/parser versions, the observation or feature spec the model reads and the vocabulary's sha256
     code           the git commit of the code that wrote it
     extra          what else a trainer resumes from (PPO: the league's snapshots and ratings)
 
@@ -66,6 +66,9 @@ class DataIdentity:
         features_version: that spec's version (stored features: the shards' observation version; derived ones:
             the code's).
         vocabulary_sha256: sha256 of the observation vocabulary file the token ids index (empty without one).
+        extra_versions: the names of the other versions of the same dataset and feature spec trained on together
+            with ``version`` (``--extra-shards``), in their order: the window order depends on it. Empty for one
+            version (and in checkpoints written before it was recorded).
     """
 
     dataset: str
@@ -75,6 +78,20 @@ class DataIdentity:
     features: str
     features_version: str
     vocabulary_sha256: str = ""
+    extra_versions: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        # a stored checkpoint may give the tuple back as a list (config_from_dict's note)
+        object.__setattr__(self, "extra_versions", tuple(self.extra_versions))
+
+    @property
+    def versions(self) -> tuple[str, ...]:
+        """Every version trained on, ``version`` first."""
+        return (self.version, *self.extra_versions)
+
+    def describe(self) -> str:
+        """``dataset/version`` (``dataset/version + other + ...`` for several)."""
+        return f"{self.dataset}/{' + '.join(self.versions)}"
 
 
 def _vocabulary(spec: registry.FeatureSpec, version: str) -> str:
@@ -84,8 +101,32 @@ def _vocabulary(spec: registry.FeatureSpec, version: str) -> str:
         raise CheckpointError(str(err)) from None
 
 
-def shard_identity(version) -> DataIdentity:
-    """The identity of a shard version (a ``ShardVersion``) as a model trained on it reads it."""
+def shard_identity(version, extra: tuple = ()) -> DataIdentity:
+    """The identity of a shard version (a ``ShardVersion``) as a model trained on it reads it; with ``extra``
+    versions trained on together with it (``--extra-shards``), the identity of all of them, refused unless every one
+    is the same dataset (schema name) and feature spec (observation version and vocabulary) as ``version``, and each
+    is given once."""
+    identity = _one_identity(version)
+    names = [identity.version]
+    for other in extra:
+        theirs = _one_identity(other)
+        differ = [f"{what} {mine or 'none'} (--shards: {first or 'none'})" for what, mine, first in (
+            ("schema", other.manifest.schema_name, version.manifest.schema_name),
+            ("feature spec", theirs.features, identity.features),
+            ("feature version", theirs.features_version, identity.features_version),
+            ("vocabulary sha256", theirs.vocabulary_sha256[:12], identity.vocabulary_sha256[:12])) if mine != first]
+        if differ:
+            raise CheckpointError(f"--extra-shards {other.path} differs from --shards {version.path} in "
+                                  f"{'; '.join(differ)}: versions trained on together must be one dataset and one "
+                                  "feature spec (re-featurize the older one, or train on each separately)")
+        if theirs.version in names:
+            raise CheckpointError(f"--extra-shards {other.path}: version {theirs.version} is already given "
+                                  "(each version once: a repeated one would be trained on twice as often)")
+        names.append(theirs.version)
+    return dataclasses.replace(identity, extra_versions=tuple(names[1:]))
+
+
+def _one_identity(version) -> DataIdentity:
     m = version.manifest
     try:
         spec = registry.features_of_dataset(m.schema_name)

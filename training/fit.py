@@ -1,9 +1,10 @@
 """The one training loop every trainer runs on Ray Train; each trainer brings only a ``Recipe`` (its model, the
 windows it reads, its batch and its loss).
 
-On the driver, ``fit`` opens the shard version, finds the checkpoint to resume from (``--resume``) or to start
-from (``--init-from``) and checks it against the data and the config, lays out the run's stream of window specs from
-the resume step on (``training/windows.window_stream``: nothing before it is read) and starts the workers. Each
+On the driver, ``fit`` opens the shard version (or versions, with ``--extra-shards``: one dataset and feature spec,
+read as one ``training/windows.VersionUnion``), finds the checkpoint to resume from (``--resume``) or to start from
+(``--init-from``) and checks it against the data and the config, lays out the run's stream of window specs from the
+resume step on (``training/windows.window_stream``: nothing before it is read) and starts the workers. Each
 worker rebuilds the typed config and the recipe, builds the model from the model config the driver resolved (from
 the checkpoint when there is one), and steps a ``Learner`` through its slice of each global batch, writing metrics
 and self-describing checkpoints (``training/checkpoints.py``) at the config's cadence.
@@ -18,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -51,7 +52,7 @@ from training.loop import (
     start_worker,
 )
 from training.registry import model_kind
-from training.windows import stream_dataset, window_batches, window_stream
+from training.windows import VersionUnion, stream_dataset, window_batches, window_stream
 
 # ray is imported inside the functions: on the driver only after training/loop.init_local_ray, since Ray reads its
 # single-machine setting once, when first imported (pipelines/ray_start.py)
@@ -63,6 +64,9 @@ class TrainerConfig:
 
     Attributes:
         shards: the shard version folder to train on (a local path or a URI: ``s3://bucket/out/<dataset>/<v>``).
+        extra_shards: more shard versions of the same dataset and feature spec, trained on together with --shards:
+            each epoch's windows are cut and shuffled over all of them, in the order given (which, with the seed,
+            sets the window order: a resumed run must give the same list).
         out: run folder (checkpoints, metrics.csv, wandb); a URI puts the checkpoints on that store and keeps
             metrics.csv and wandb on rank 0's disk under ``runs/<bucket>/<key>`` (``training/loop.local_run_folder``).
         context: steps per training window (turns for the policy; frames K for the world model, whose windows hold
@@ -98,6 +102,7 @@ class TrainerConfig:
 
     shards: str
     out: str
+    extra_shards: list[str] = field(default_factory=list)
     context: int = 32
     batch_size: int = 32
     steps: int = 1000
@@ -130,6 +135,10 @@ class TrainerConfig:
             raise ValueError("--batch-size must be a multiple of --num-workers")
         if self.resume and self.init_from:
             raise ValueError("--resume continues a run; --init-from starts a new one from a checkpoint: pick one")
+
+    def shard_paths(self) -> list[str]:
+        """Every version trained on: --shards, then --extra-shards."""
+        return [self.shards, *self.extra_shards]
 
     STREAM_FIELDS = ("context", "batch_size", "seed")
     """Fields that shape the window stream: a resumed run must keep them (recipes add their own)."""
@@ -170,11 +179,12 @@ class Recipe:
         return model_config
 
     def epoch_windows(self, version, epoch: int):
-        """Epoch ``epoch``'s windows in order (a ``training/windows.cut_windows`` table)."""
+        """Epoch ``epoch``'s windows in order (a ``training/windows.cut_windows`` table) of ``version``: a
+        ``ShardVersion``, or a ``training/windows.VersionUnion`` whose windows keep its ``version_number`` column."""
         raise NotImplementedError
 
     def loader(self):
-        """Window specs → padded numpy arrays, in the worker (a ``LoadWindows``)."""
+        """Window specs → padded numpy arrays, in the worker (a ``LoadWindows`` of ``cfg.shard_paths()``)."""
         raise NotImplementedError
 
     def samples(self, batch: dict) -> int:
@@ -354,10 +364,10 @@ def _resume_problem(ckpt, cfg, recipe, identity, model_config) -> str | None:
     architecture), or None."""
     if ckpt.kind != recipe.kind:
         return f"it holds a {ckpt.kind} model, this trainer trains {recipe.kind}"
-    if (ckpt.data.dataset, ckpt.data.version) != (identity.dataset, identity.version):
-        return (f"it was trained on {ckpt.data.dataset}/{ckpt.data.version}, --shards is "
-                f"{identity.dataset}/{identity.version}; to go on training on other data start a new run with "
-                "--init-from")
+    if (ckpt.data.dataset, ckpt.data.versions) != (identity.dataset, identity.versions):
+        given = "--shards is" if len(identity.versions) == 1 else "--shards and --extra-shards are"
+        return (f"it was trained on {ckpt.data.describe()}, {given} {identity.describe()}; to go on training on "
+                "other data start a new run with --init-from")
     for name in (*TrainerConfig.STREAM_FIELDS, *recipe.stream_fields):
         theirs, ours = ckpt.train_config.get(name), getattr(cfg, name)
         if theirs != ours:
@@ -427,12 +437,14 @@ def fit(cfg, recipe_class: type[Recipe], callbacks: tuple = (), name: str = ""):
     # line says where it is
     ray.data.DataContext.get_current().enable_progress_bars = False
     # workers run in Ray's session folder: a relative path would point there, not where the user meant
-    cfg = dataclasses.replace(cfg, shards=storage.normalize(cfg.shards), out=storage.normalize(cfg.out))
-    version = open_version(cfg.shards)
-    identity = shard_identity(version)
+    cfg = dataclasses.replace(cfg, shards=storage.normalize(cfg.shards), out=storage.normalize(cfg.out),
+                              extra_shards=[storage.normalize(s) for s in cfg.extra_shards])
+    versions = [open_version(path) for path in cfg.shard_paths()]
+    identity = shard_identity(versions[0], versions[1:])  # refuses versions of another dataset or feature spec
+    version = versions[0] if len(versions) == 1 else VersionUnion(versions)  # one version is read as itself
     plan = recipe_class.make_plan(cfg, version)
     recipe = recipe_class(cfg, plan)
-    check_workers_reach(cfg.shards, cfg.out, *([cfg.init_from] if cfg.init_from else []))
+    check_workers_reach(*cfg.shard_paths(), cfg.out, *([cfg.init_from] if cfg.init_from else []))
     model_config = recipe.model_config()
     latest, first_step = resume_path(cfg.out, cfg.resume), 0
     if latest:
@@ -449,7 +461,7 @@ def fit(cfg, recipe_class: type[Recipe], callbacks: tuple = (), name: str = ""):
     first_epoch = recipe.epoch_windows(version, 0)  # cut once: the stream starts with it, the log line counts it
     windows = window_stream(lambda epoch: first_epoch if epoch == 0 else recipe.epoch_windows(version, epoch),
                             first_step * cfg.batch_size, (cfg.steps - first_step) * cfg.batch_size)
-    print(f"[{recipe.tag}] {identity.dataset}/{identity.version}: steps {first_step + 1}..{cfg.steps} of "
+    print(f"[{recipe.tag}] {identity.describe()}: steps {first_step + 1}..{cfg.steps} of "
           f"{cfg.batch_size} windows ({first_epoch.num_rows} windows an epoch)")
     return launch(train_loop_per_worker,
                   {"recipe": recipe_class, "model_kind": model_kind(recipe.kind), "cfg": dataclasses.asdict(cfg),

@@ -6,6 +6,12 @@ stream into padded arrays in each training worker with a dataset's loader (a ``L
 The order of batches is a pure function of (shard version, window length, seed, batch size): what makes resuming
 exact.
 
+Several versions of one dataset and feature spec train as one (``--extra-shards``): a ``VersionUnion`` lays their
+indexes end to end, in the order given, with a ``version_number`` column (0 for ``--shards``), so the windows of
+every version are cut and shuffled together (the order then a pure function of the versions in order, window length,
+seed and batch size), each window keeps its version's number, and the loader reads it from that version. One version
+is read as itself, with no such column: its windows and batches are what they were before versions could be joined.
+
 Windows at a trajectory's end are right-padded, and padded steps carry ``valid = False``: they never reach a loss,
 and since padding only follows valid steps, causal attention never lets a valid step see one.
 
@@ -18,6 +24,7 @@ second on 2 cores, under 5× what the tiny model trains on; the specs stream wit
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections import OrderedDict
 
@@ -25,7 +32,47 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shards_schema.reader import open_version
+from shards_schema.reader import ShardVersion, open_version
+
+VERSION_COLUMN = "version_number"
+"""The index and window column of a ``VersionUnion``: the position of the row's version in the union (0: ``--shards``,
+then ``--extra-shards`` in order)."""
+
+
+class VersionUnion:
+    """Several verified shard versions of one dataset and feature spec (the trainer checked them:
+    ``training/checkpoints.shard_identity``) read as one by what cuts windows: ``index()`` is their indexes end to end
+    with a ``VERSION_COLUMN``; ``manifest`` is the first one's (the feature spec they share)."""
+
+    def __init__(self, versions: list[ShardVersion]):
+        if len(versions) < 2:
+            raise ValueError("a VersionUnion joins two versions or more (one version is read as itself)")
+        self.versions = list(versions)
+        self.manifest = self.versions[0].manifest
+
+    def index(self) -> pa.Table:
+        """The versions' indexes end to end, in order, each row with its version's number (read once)."""
+        return self._index
+
+    @functools.cached_property
+    def _index(self) -> pa.Table:
+        parts = [index.append_column(VERSION_COLUMN, pa.array(np.full(index.num_rows, number, np.int32)))
+                 for number, index in enumerate(v.index() for v in self.versions)]
+        # one schema major (the reader refused others); columns a newer minor added come back null where absent
+        return pa.concat_tables(parts, promote_options="default")
+
+
+def open_shards(paths: str | list[str], *, check_sha256: bool = True) -> ShardVersion | VersionUnion:
+    """The data of ``paths`` (``--shards``, then ``--extra-shards``): one version as itself, several as a
+    ``VersionUnion`` (each verified by ``open_version``)."""
+    paths = [paths] if isinstance(paths, str) else paths
+    versions = [open_version(path, check_sha256=check_sha256) for path in paths]
+    return versions[0] if len(versions) == 1 else VersionUnion(versions)
+
+
+def index_columns(index: pa.Table, names: list[str]) -> pa.Table:
+    """``index`` with the columns ``names``, and its ``VERSION_COLUMN`` where it has one (a union's)."""
+    return index.select(names + [VERSION_COLUMN] * (VERSION_COLUMN in index.column_names))
 
 
 def cut_windows(index: pa.Table, length: int, stride: int, seed: int, phase: int = 0) -> pa.Table:
@@ -124,55 +171,69 @@ class LoadWindows:
     Each shard's training columns are decoded to numpy on first use and kept (windows are shuffled across the whole
     version, so any batch touches any shard): the whole version per worker up to ``max_cached_bytes`` (least
     recently used shards go first). A batch is then one fancy-index gather per shard it touches; a Python loop with
-    Arrow calls per window (one shard cached) was the loader's cost before (benchmarks/policy_loader_vs_trainer.py)."""
+    Arrow calls per window (one shard cached) was the loader's cost before (benchmarks/policy_loader_vs_trainer.py).
 
-    def __init__(self, version_path: str, context: int, max_cached_bytes: int = 4 << 30):
-        self.version = open_version(version_path, check_sha256=False)  # verified once by the driver
+    ``version_paths``: the version (a path or URI), or the versions of a ``VersionUnion`` in its order; a window
+    is read from the version its ``VERSION_COLUMN`` names (the first without one)."""
+
+    def __init__(self, version_paths: str | list[str], context: int, max_cached_bytes: int = 4 << 30):
+        paths = [version_paths] if isinstance(version_paths, str) else list(version_paths)
+        self.versions = [open_version(p, check_sha256=False) for p in paths]  # verified once by the driver
+        self.version = self.versions[0]
         self.context = context
         self.window_length = context  # rows per window (subclasses that also need the next row's targets add one)
         self.max_cached_bytes = max_cached_bytes
-        self._shards: OrderedDict[str, dict[str, np.ndarray]] = OrderedDict()
+        self._shards: OrderedDict[tuple[int, str], dict[str, np.ndarray]] = OrderedDict()
         self._cached_bytes = 0
 
-    def _shard(self, file: str) -> dict[str, np.ndarray]:
-        """A decoded shard, kept least-recently-used first; memory stays under ``max_cached_bytes`` (beyond one
-        shard): a version larger than that is re-decoded as batches come back to its shards, slower but bounded."""
-        arrays = self._shards.get(file)
+    def _shard(self, file: str, number: int = 0) -> dict[str, np.ndarray]:
+        """A decoded shard (``file`` of version ``number``), kept least-recently-used first; memory stays under
+        ``max_cached_bytes`` (beyond one shard): versions larger than that are re-decoded as batches come back to
+        their shards, slower but bounded."""
+        key = (number, file)
+        arrays = self._shards.get(key)
         if arrays is not None:
-            self._shards.move_to_end(file)
+            self._shards.move_to_end(key)
             return arrays
-        arrays = self._decode(file)
+        # the first version's shards by name alone: a loader of one version may define ``_decode(file)``
+        arrays = self._decode(file, number) if number else self._decode(file)
         size = sum(a.nbytes for a in arrays.values())
         while self._shards and self._cached_bytes + size > self.max_cached_bytes:
             _, evicted = self._shards.popitem(last=False)
             self._cached_bytes -= sum(a.nbytes for a in evicted.values())
-        self._shards[file] = arrays
+        self._shards[key] = arrays
         self._cached_bytes += size
         return arrays
 
-    def _decode(self, file: str) -> dict[str, np.ndarray]:
-        """One shard's training columns as row-aligned numpy arrays (the dataset's loader)."""
+    def _decode(self, file: str, number: int = 0) -> dict[str, np.ndarray]:
+        """One shard's training columns of version ``number`` (``self.versions[number]``) as row-aligned numpy
+        arrays (the dataset's loader)."""
         raise NotImplementedError
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         files = batch["file"].astype(str)
         starts, counts = batch["row_start"].astype(np.int64), batch["num_rows"].astype(np.int64)
+        numbers = (batch[VERSION_COLUMN].astype(np.int64) if VERSION_COLUMN in batch
+                   else np.zeros(len(files), np.int64))
         out = None
-        for file in np.unique(files):
-            where = np.flatnonzero(files == file)
-            part = gather_windows(self._shard(str(file)), starts[where], counts[where], self.window_length)
-            if out is None:
-                out = {k: np.empty((len(files),) + v.shape[1:], v.dtype) for k, v in part.items()}
-            for key, value in part.items():
-                out[key][where] = value
+        for number in np.unique(numbers):
+            for file in np.unique(files[numbers == number]):
+                where = np.flatnonzero((numbers == number) & (files == file))
+                part = gather_windows(self._shard(str(file), int(number)), starts[where], counts[where],
+                                      self.window_length)
+                if out is None:
+                    out = {k: np.empty((len(files),) + v.shape[1:], v.dtype) for k, v in part.items()}
+                for key, value in part.items():
+                    out[key][where] = value
         out["window"] = batch["window"].astype(np.int64)
         return out
 
 
 def first_windows(specs: pa.Table, limit: int, loader) -> dict[str, np.ndarray]:
-    """The first ``limit`` windows of ``specs`` in file and row order, gathered by ``loader``: a validation set that
-    is the same at every step and on resume (no randomness); empty without windows."""
-    specs = specs.sort_by([("file", "ascending"), ("row_start", "ascending")]).slice(0, limit)
+    """The first ``limit`` windows of ``specs`` in version, file and row order, gathered by ``loader``: a validation
+    set that is the same at every step and on resume (no randomness); empty without windows."""
+    order = [(VERSION_COLUMN, "ascending")] * (VERSION_COLUMN in specs.column_names)
+    specs = specs.sort_by(order + [("file", "ascending"), ("row_start", "ascending")]).slice(0, limit)
     if not specs.num_rows:
         return {}
     columns = {name: specs.column(name).to_numpy() for name in specs.column_names}

@@ -143,3 +143,35 @@ def test_fine_tuning_starts_from_a_checkpoint_and_records_the_data(tiny_generate
     assert result.train_config["init_from"] == latest_checkpoint(first)
     with pytest.raises(CheckpointError, match="--context 8, this run asks for 16"):
         run(TrainConfig.tiny(shards=str(published.path), out=str(first), steps=8, context=16, resume=True))
+
+
+def test_the_versions_trained_on_together_are_recorded_and_older_checkpoints_load(tmp_path):
+    """A checkpoint written before --extra-shards (no ``extra_versions``) reads as one version; several versions
+    round-trip (a store may give the tuple back as a list); a resume on another list of versions names both."""
+    from training.checkpoints import Checkpoint, load_state
+    from training.fit import _resume_problem
+    from training.pokemon.offline_rl import PolicyRecipe, TrainConfig
+
+    _save_world_model(tmp_path / "old", _melee())
+    state = load_state(tmp_path / "old" / "state.pt")
+    del state["data"]["extra_versions"]
+    torch.save(state, tmp_path / "old" / "state.pt")
+    assert read_checkpoint(tmp_path / "old").data.versions == ("v-test",)
+    two = DataIdentity(**{**dataclasses.asdict(_melee()), "extra_versions": ["v-more"]})
+    assert two.extra_versions == ("v-more",) and two.describe() == "melee_frames/v-test + v-more"
+
+    cfg = TrainConfig.tiny(shards="s", extra_shards=["t"], out="o", steps=12)
+    recipe = PolicyRecipe(cfg, {"vocab_size": 50})
+    data = dataclasses.replace(live_identity(POKEMON_OBSERVATION), dataset="pokemon_turns", version="v1",
+                               extra_versions=("v2",))
+    model_config = recipe.model_config()
+    ckpt = Checkpoint(kind="pokemon_policy", model_config=dataclasses.asdict(model_config),
+                      train_config=dataclasses.asdict(cfg), step=4, data=data, model={}, optimizer={}, rng=[],
+                      code="", where="x")
+    assert _resume_problem(ckpt, cfg, recipe, data, model_config) is None
+    alone = dataclasses.replace(data, extra_versions=())
+    assert "trained on pokemon_turns/v1 + v2, --shards is pokemon_turns/v1;" in _resume_problem(
+        ckpt, cfg, recipe, alone, model_config)
+    other = dataclasses.replace(data, extra_versions=("v3",))
+    assert "--shards and --extra-shards are pokemon_turns/v1 + v3" in _resume_problem(ckpt, cfg, recipe, other,
+                                                                                       model_config)

@@ -55,3 +55,12 @@ def test_progress_reports_throughput_and_eta():
 def test_shared_config_checks(change, message):
     with pytest.raises(ValueError, match=message):
         TrainerConfig(shards="s", out="o", **change)
+
+
+def test_extra_shards_come_from_the_command_line_and_default_to_none():
+    from pipelines.cli import parse_config
+    from training.pokemon.offline_rl import TrainConfig
+
+    cfg = parse_config(TrainConfig, ["--shards", "a", "--out", "o", "--extra-shards", "b", "c"])
+    assert cfg.extra_shards == ["b", "c"] and cfg.shard_paths() == ["a", "b", "c"]
+    assert parse_config(TrainConfig, ["--shards", "a", "--out", "o"]).shard_paths() == ["a"]

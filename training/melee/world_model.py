@@ -22,14 +22,13 @@ from pathlib import Path
 import torch
 
 from models.world_model import FrameState, WorldModelConfig
-from shards_schema.reader import open_version
 from training.checkpoints import live_identity, read_checkpoint
 from training.fit import Recipe, TrainerConfig, fit
 from training.fit import main as fit_main
 from training.melee.windows import LoadFrameWindows, split_games, window_specs
 from training.melee.world_model_losses import MetricSums, copy_last_prediction, losses, split_window
 from training.registry import MELEE_FEATURES
-from training.windows import first_windows
+from training.windows import first_windows, open_shards
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,10 +132,11 @@ def evaluate(model, windows: dict, device, batch_size: int = 64) -> dict[str, fl
     return out | sums.as_dict("val_") | copy_sums.as_dict("copy_")
 
 
-def validation_windows(version_path: str, context: int, games: list[str], limit: int) -> dict:
-    """The first ``limit`` windows of the held-out games, in a fixed order (no randomness: resuming stays exact)."""
-    specs = window_specs(open_version(version_path, check_sha256=False), context, 0, games=games)
-    return first_windows(specs, limit, LoadFrameWindows(version_path, context))
+def validation_windows(version_paths: str | list[str], context: int, games: list[str], limit: int) -> dict:
+    """The first ``limit`` windows of the held-out games of the versions trained on, in a fixed order (no
+    randomness: resuming stays exact)."""
+    specs = window_specs(open_shards(version_paths, check_sha256=False), context, 0, games=games)
+    return first_windows(specs, limit, LoadFrameWindows(version_paths, context))
 
 
 def scheduled_step(seed: int, step: int, share: float) -> bool:
@@ -185,7 +185,7 @@ class WorldModelRecipe(Recipe):
                             exclude=self.plan["val_games"] + self.plan.get("left_out", []), phase=phase)
 
     def loader(self):
-        return LoadFrameWindows(self.cfg.shards, self.cfg.context)
+        return LoadFrameWindows(self.cfg.shard_paths(), self.cfg.context)
 
     def samples(self, batch: dict) -> int:
         return int(batch["valid"][:, 1:].sum())  # next-frame targets
@@ -199,7 +199,7 @@ class WorldModelRecipe(Recipe):
         if not (step % self.cfg.eval_every == 0 or step == self.cfg.steps):
             return None
         if self._val is None:
-            self._val = validation_windows(self.cfg.shards, self.cfg.context, self.plan["val_games"],
+            self._val = validation_windows(self.cfg.shard_paths(), self.cfg.context, self.plan["val_games"],
                                            self.cfg.max_eval_windows)
         return evaluate(model, self._val, device) if self._val else None
 

@@ -2,6 +2,7 @@
 
     python training/pokemon/offline_rl.py --shards OUT/pokemon_turns/<version> --out runs/bc --preset small
     python training/pokemon/offline_rl.py --tiny --shards ... --out ... --objective filtered_bc
+    python training/pokemon/offline_rl.py --shards OUT/pokemon_turns/<v1> --extra-shards OUT/pokemon_turns/<v2> ...
 
 Objectives: ``bc`` (behaviour cloning), ``filtered_bc`` (imitate actions whose advantage under the multi-gamma
 critic is positive) and ``exp_adv`` (advantage-weighted, exp(A/β) clipped); the critics learn one-step TD targets
@@ -20,12 +21,11 @@ import torch
 
 from models.pokemon_policy import PolicyConfig
 from pipelines.pokemon.observation import vocabulary
-from shards_schema.reader import open_version
 from training import losses
 from training.fit import Recipe, TrainerConfig, fit
 from training.fit import main as fit_main
 from training.pokemon.windows import LoadTurnWindows, window_specs
-from training.windows import first_windows
+from training.windows import first_windows, open_shards
 
 OBJECTIVES = ("bc", "filtered_bc", "exp_adv")
 
@@ -151,7 +151,7 @@ class PolicyRecipe(Recipe):
                             train_share=self.cfg.train_share)
 
     def loader(self):
-        return LoadTurnWindows(self.cfg.shards, self.cfg.context, vocab_size=self.plan["vocab_size"])
+        return LoadTurnWindows(self.cfg.shard_paths(), self.cfg.context, vocab_size=self.plan["vocab_size"])
 
     def samples(self, batch: dict) -> int:
         return int(step_mask(batch).sum())
@@ -173,10 +173,12 @@ class PolicyRecipe(Recipe):
 
 
 def validation_windows(cfg: TrainConfig, vocab_size: int) -> dict:
-    """The first ``max_eval_windows`` windows of the held-out battles, in a fixed order (resuming stays exact)."""
-    specs = window_specs(open_version(cfg.shards, check_sha256=False), cfg.context, 0, cfg.sides,
+    """The first ``max_eval_windows`` windows of the held-out battles of every version trained on, in a fixed
+    order (resuming stays exact)."""
+    specs = window_specs(open_shards(cfg.shard_paths(), check_sha256=False), cfg.context, 0, cfg.sides,
                          validation_share=cfg.validation_share, split_seed=cfg.seed, validation=True)
-    return first_windows(specs, cfg.max_eval_windows, LoadTurnWindows(cfg.shards, cfg.context, vocab_size=vocab_size))
+    return first_windows(specs, cfg.max_eval_windows,
+                         LoadTurnWindows(cfg.shard_paths(), cfg.context, vocab_size=vocab_size))
 
 
 def evaluate(model, windows: dict, cfg: TrainConfig, device, batch_size: int = 64) -> dict[str, float]:

@@ -11,19 +11,21 @@ import pyarrow.compute as pc
 from models.pokemon_policy import check_inputs
 from shards_schema.pokemon import NUM_ACTIONS, NUM_MOVES, NUM_SWITCHES, OBS_NUMERIC, OBS_WORDS
 from shards_schema.reader import ShardVersion
-from training.windows import LoadWindows, cut_windows, held_out
+from training.windows import LoadWindows, VersionUnion, cut_windows, held_out, index_columns
 
 COLUMNS = ["obs_tokens", "obs_numeric", "legal_mask", "action", "reward", "done"]
 
 
-def window_specs(version: ShardVersion, context: int, seed: int, sides: list[str] | None = None, *,
+def window_specs(version: ShardVersion | VersionUnion, context: int, seed: int, sides: list[str] | None = None, *,
                  validation_share: float = 0.0, split_seed: int = 0, validation: bool = False,
                  train_share: float = 1.0) -> pa.Table:
     """The windows of ``context`` turns of every trajectory (only the given player sides), shuffled with ``seed``.
     With a ``validation_share``, only the training battles' windows, or with ``validation`` only the held-out ones
     (``held_out`` with ``split_seed``). A ``train_share`` below 1 keeps that share of the training battles (a second
-    seeded hash: the held-out battles are the same whatever the share, and each share holds the smaller ones)."""
-    index = version.index().select(["file", "row_start", "num_rows", "player_side", "battle_id"])
+    seeded hash: the held-out battles are the same whatever the share, and each share holds the smaller ones). Of a
+    ``VersionUnion``, the windows of all its versions, each with its version's number; the split goes by battle id
+    across them (a battle in two versions is on the same side in both)."""
+    index = index_columns(version.index(), ["file", "row_start", "num_rows", "player_side", "battle_id"])
     if sides:
         index = index.filter(pc.is_in(index.column("player_side"), pa.array(sides)))
     if validation_share > 0:
@@ -82,13 +84,13 @@ def load_window_reference(table: pa.Table, start: int, count: int, context: int)
 class LoadTurnWindows(LoadWindows):
     """Window specs of turns → padded arrays of the policy's inputs: about 390 bytes per cached turn."""
 
-    def __init__(self, version_path: str, context: int, max_cached_bytes: int = 4 << 30,
+    def __init__(self, version_paths: str | list[str], context: int, max_cached_bytes: int = 4 << 30,
                  vocab_size: int | None = None):
-        super().__init__(version_path, context, max_cached_bytes)
+        super().__init__(version_paths, context, max_cached_bytes)
         self.vocab_size = vocab_size  # token ids are checked against it once per decoded shard
 
-    def _decode(self, file: str) -> dict[str, np.ndarray]:
-        arrays = decode_shard(self.version.read_table(file, COLUMNS))
+    def _decode(self, file: str, number: int = 0) -> dict[str, np.ndarray]:
+        arrays = decode_shard(self.versions[number].read_table(file, COLUMNS))
         if self.vocab_size is not None:
             # here rather than in the model's forward pass, where the check would wait on the device every step
             check_inputs(arrays["tokens"], self.vocab_size)
