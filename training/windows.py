@@ -179,7 +179,6 @@ class LoadWindows:
     def __init__(self, version_paths: str | list[str], context: int, max_cached_bytes: int = 4 << 30):
         paths = [version_paths] if isinstance(version_paths, str) else list(version_paths)
         self.versions = [open_version(p, check_sha256=False) for p in paths]  # verified once by the driver
-        self.version = self.versions[0]
         self.context = context
         self.window_length = context  # rows per window (subclasses that also need the next row's targets add one)
         self.max_cached_bytes = max_cached_bytes
