@@ -1,0 +1,42 @@
+"""The data flywheel, one tiny round: the teacher's battles are parsed and trained on, the policy's own battles are
+parsed into a new version that names the weights that played, and round 1 trains on both versions."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+from conftest import needs_simulator
+
+from shards_schema.reader import open_version
+from training.checkpoints import read_checkpoint
+from training.pokemon.flywheel import FlywheelConfig, run
+
+pytestmark = needs_simulator
+
+
+def test_config_checks():
+    with pytest.raises(ValueError, match="generator's players"):
+        FlywheelConfig(out="x", port=1, teacher="nobody")
+    with pytest.raises(ValueError, match="even"):
+        FlywheelConfig(out="x", port=1, ladder_battles=3)
+
+
+def test_one_round_of_the_flywheel(ray_local, tmp_path):
+    rows = run(FlywheelConfig.tiny(out=str(tmp_path), port=1), log=lambda *_: None)
+    assert [r["round"] for r in rows] == [0, 1]
+    teacher_version = rows[0]["versions"]
+    assert rows[1]["versions"].split() == [teacher_version, rows[1]["versions"].split()[1]]
+    shards = tmp_path / "shards" / "pokemon_turns"
+    policy_version = open_version(str(shards / rows[1]["versions"].split()[1]))
+    config = policy_version.manifest.config
+    # round 1's battles were played by round 0's weights, named by their bytes
+    assert config["p1_checkpoint"]["sha256"] == rows[0]["checkpoint_sha256"]
+    counts = policy_version.manifest.counts
+    assert config["p2"] == "random" and counts.written == counts.inputs > 0
+    ckpt = read_checkpoint(rows[1]["checkpoint"])
+    assert [ckpt.data.version, *ckpt.data.extra_versions] == rows[1]["versions"].split()  # trained on both
+    with open(tmp_path / "flywheel.csv") as f:
+        assert [r["checkpoint_sha256"] for r in csv.DictReader(f)] == [r["checkpoint_sha256"] for r in rows]
+    assert json.dumps(rows)  # plain values only
