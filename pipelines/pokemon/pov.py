@@ -78,7 +78,7 @@ def sole_move(request: dict, move_ids: list[str]) -> str | None:
     Mirror Move called. Struggle and Fight come beside the switches unless the Pokémon is trapped, so using it or
     switching is a real choice: the move is ``move 1`` of the request and action 0, "use a move", whatever the
     simulator makes of it (the state still shows the Pokémon's own four moves). Alone (trapped, the last Pokémon,
-    Recharge and locked moves always) it is no decision: no action, an empty mask, as before."""
+    Recharge and locked moves always) it is no decision: no action and an empty mask."""
     forced = bool(request.get("forceSwitch") and request["forceSwitch"][0])
     active = None if forced else (request.get("active") or [None])[0]
     listed = (active or {}).get("moves", [])
