@@ -194,8 +194,7 @@ class LoadWindows:
         if arrays is not None:
             self._shards.move_to_end(key)
             return arrays
-        # the first version's shards by name alone: a loader of one version may define ``_decode(file)``
-        arrays = self._decode(file, number) if number else self._decode(file)
+        arrays = self._decode(file, number)
         size = sum(a.nbytes for a in arrays.values())
         while self._shards and self._cached_bytes + size > self.max_cached_bytes:
             _, evicted = self._shards.popitem(last=False)

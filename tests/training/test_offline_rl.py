@@ -173,7 +173,7 @@ def test_window_loader_memory_is_bounded(tiny_generated):
     class Counting(LoadTurnWindows):  # shards of 800 bytes each, decoded on demand and counted
         decoded: list[str] = []
 
-        def _decode(self, file):
+        def _decode(self, file, number=0):
             self.decoded.append(file)
             return {"x": np.full(100, ord(file), np.int64)}
 
