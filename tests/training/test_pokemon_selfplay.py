@@ -135,7 +135,16 @@ def test_each_battle_draws_its_own_opponent_reproducibly():
     assert battle_draws(first.draw, draw_seed=8, update=3, index=1, battles=40) != runs[0]
 
 
-def test_a_trained_encoder_changes_and_resumes_exactly(tmp_path):
+@pytest.fixture
+def one_torch_thread():
+    """One intra-op thread while a test runs: its tensors are tiny, and the suite's processes share the cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_a_trained_encoder_changes_and_resumes_exactly(tmp_path, one_torch_thread):
     """--encoder-lr: battles recorded through the learner's own ``select`` (with their encoder windows) train the
     encoder; the learner's recomputed features are the ones the player acted on (KL 0 on the first pass); a run
     stopped after 2 updates and resumed from its checkpointed state (encoder, its optimizer, the policy and its
@@ -184,7 +193,7 @@ def test_a_trained_encoder_changes_and_resumes_exactly(tmp_path):
         if extra is not None:
             env.restore(extra)
         ppo = dataclasses.replace(cfg.ppo(env.num_envs), rollout_steps=8, seq_len=4, num_minibatches=1, updates=3,
-                                  epochs=2)
+                                  epochs=1)
         torch.manual_seed(0)
         policy = RecurrentPolicy(env.policy_config())
         learner = Learner(policy, lr=ppo.lr, weight_decay=0.0, grad_clip=ppo.grad_clip, device=cpu)
