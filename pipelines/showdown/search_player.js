@@ -54,7 +54,7 @@ const RACE_WEIGHT = 0.8;
 const TERA_MARGIN = 0.08;
 /**
  * Cost of a switch beyond the hit it takes (tempo, and the foe may switch too). Measured against the heuristic in
- * gen1ou (80 battles a setting, same seeds): 0.05 -> 38 wins, 0.15 -> 41, 0.3 -> 36; 0.15 kept.
+ * gen1ou, 200 battles a setting on the same seeds: 0.08 -> 117 wins, 0.15 -> 116, no switching at all -> 107.
  */
 const SWITCH_COST = 0.15;
 /** Foe moves at least this likely are assumed known in full; rarer ones count by their likelihood. */
@@ -296,8 +296,12 @@ class SearchPlayer extends HeuristicPlayer {
 		const battle = new Battle({ formatid: this.format, seed: [1, 2, 3, 4] });
 		battle.setPlayer('p1', { name: 'me', team: mySets });
 		battle.setPlayer('p2', { name: 'foe', team: foeSets });
-		// The mean roll, no crits: expected damage instead of a sample (getDamage calls the battle's randomizer).
+		// The mean roll, no crits: expected damage instead of a sample. Gen 3+ roll through `randomizer`; gens 1-2
+		// call `random(217, 256)` and gen 1 rolls its crits with `randomChance` even for willCrit: false moves
+		// (mods/gen1/scripts.js getDamage), so those answer their mean and "no" (crits come in as critFactor).
 		battle.randomizer = damage => battle.trunc(damage * MEAN_ROLL);
+		battle.random = (m, n) => (m === undefined ? 0.5 : n === undefined ? Math.floor((m - 1) / 2) : Math.floor((m + n - 1) / 2));
+		battle.randomChance = () => false;
 		const mine = {};
 		battle.p1.pokemon.forEach((p, i) => { mine[mySets[i].name] = p; });
 		const foes = {};
@@ -369,7 +373,7 @@ class SearchPlayer extends HeuristicPlayer {
 	 * Expected HP a move takes off `target` per use, from the engine's damage formula: mean roll, no crit,
 	 * times accuracy and expected hits. 0 for status moves and immunities.
 	 */
-	engineDamage(sim, source, target, moveId) {
+	engineDamage(sim, source, target, moveId, onHit = false) {
 		const { battle } = sim;
 		const dexMove = battle.dex.moves.get(moveId);
 		if (!dexMove.exists || dexMove.category === 'Status') return 0;
@@ -392,14 +396,19 @@ class SearchPlayer extends HeuristicPlayer {
 				hits = dexMove.multihit;
 			}
 		}
-		let accuracy = dexMove.accuracy === true ? 1 : dexMove.accuracy / 100;
-		if (this.gen === 1 && accuracy === 1 && dexMove.accuracy !== true) accuracy = 255 / 256;
+		let accuracy = onHit ? 1 : this.hitChance(dexMove);
 		if (dexMove.flags.charge && dexMove.id !== 'solarbeam' && dexMove.id !== 'solarblade') accuracy *= 0.5;
 		if ((dexMove.id === 'solarbeam' || dexMove.id === 'solarblade') && !['sunnyday', 'desolateland'].includes(this.weather)) {
 			accuracy *= 0.5;
 		}
 		if (dexMove.id === 'focuspunch') accuracy *= 0.3;
 		return damage * hits * accuracy * this.critFactor(source, dexMove);
+	}
+
+	/** The chance a move hits (gen 1 misses 1/256 of 100 % moves); accuracy and evasion stages are left out. */
+	hitChance(move) {
+		if (move.accuracy === true) return 1;
+		return this.gen === 1 && move.accuracy === 100 ? 255 / 256 : move.accuracy / 100;
 	}
 
 	/**
@@ -498,8 +507,10 @@ class SearchPlayer extends HeuristicPlayer {
 			if (tera) p.terastallized = p.teraType;
 			const out = foeMoves.map(id => {
 				const move = this.dex.moves.get(id);
-				const dmg = this.engineDamage(sim, F, p, id) / p.maxhp;
-				return { id, p: likelihood[id], dmg, rate: SearchPlayer.raceRate(move, dmg, p.hp / p.maxhp),
+				const onHit = this.engineDamage(sim, F, p, id, true) / p.maxhp;
+				const acc = move.category === 'Status' ? 1 : this.hitChance(move);
+				const dmg = onHit * acc;
+				return { id, p: likelihood[id], dmg, onHit, acc, rate: SearchPlayer.raceRate(move, dmg, p.hp / p.maxhp),
 					priority: move.priority || 0, selfdestruct: !!move.selfdestruct };
 			});
 			p.terastallized = saved;
@@ -738,6 +749,7 @@ class SearchPlayer extends HeuristicPlayer {
 		const hA = A.hp / A.maxhp;
 		const hF = F.hp / F.maxhp;
 		let dmg = 0;
+		let acc = 1;
 		let bonus = 0;
 		if (!move.exists || ['recharge', 'fight', 'struggle'].includes(moveId)) {
 			dmg = moveId === 'struggle' ? this.engineDamage(sim, A, F, 'struggle') / F.maxhp : 0;
@@ -746,10 +758,11 @@ class SearchPlayer extends HeuristicPlayer {
 		} else {
 			const saved = A.terastallized;
 			if (tera) A.terastallized = A.teraType;
-			dmg = this.engineDamage(sim, A, F, moveId) / F.maxhp;
+			dmg = this.engineDamage(sim, A, F, moveId, true) / F.maxhp;
+			acc = this.hitChance(move);
 			A.terastallized = saved;
 			if ((moveId === 'fakeout' || moveId === 'firstimpression') && this.turn !== this.mySwitchInTurn + 1) dmg = 0;
-			if (dmg > 0 && dmg < hF) bonus = this.secondaryValue(move, F, hF);
+			if (dmg > 0 && dmg < hF) bonus = acc * this.secondaryValue(move, F, hF);
 		}
 		const priority = move.exists ? move.priority || 0 : 0;
 		const recoil = move.recoil ? move.recoil[0] / move.recoil[1] : 0;
@@ -758,13 +771,17 @@ class SearchPlayer extends HeuristicPlayer {
 		// A sleeping, frozen or paralysed side may not act this turn.
 		dmg *= this.statusCost(A.status).now;
 		const foeNow = this.statusCost(F.status).now;
+		// Hits and misses are separate outcomes (not an expected damage): a sure KO and a likely one differ.
+		const mine = acc < 1 ? [[acc, dmg], [1 - acc, 0]] : [[1, dmg]];
 		let value = 0;
 		activeReplies.forEach((reply, i) => {
-			const taken = (tera ? t.replies[i] : reply).dmg * foeNow;
+			const r = tera ? t.replies[i] : reply;
+			const theirs = r.acc < 1 ? [[r.acc, r.onHit * foeNow], [1 - r.acc, 0]] : [[1, r.onHit * foeNow]];
 			const orders = reply.priority !== priority ? [priority > reply.priority ? 1 : 0] :
 				(t.speed === 0.5 ? [1, 0] : [t.speed]);
 			let v = 0;
-			for (const meFirst of orders) {
+			for (const [pMine, dealtOnHit] of mine) for (const [pTheirs, taken] of theirs) for (const meFirst of orders) {
+				const dmg = dealtOnHit;
 				let hMeNow = hA;
 				let hFoeNow = hF;
 				const hit = () => {
@@ -792,7 +809,7 @@ class SearchPlayer extends HeuristicPlayer {
 					if (recharge && hFoeNow > 1e-9) hMeNow = Math.max(0, hMeNow - dFoe); // a free hit while we recharge
 					u += RACE_WEIGHT * raceOf(hMeNow, hFoeNow, t.dMe, dFoe, t.speed, A);
 				}
-				v += u / orders.length;
+				v += pMine * pTheirs * u / orders.length;
 			}
 			value += weights[i] * v;
 		});
