@@ -384,7 +384,20 @@ class SearchPlayer extends HeuristicPlayer {
 		this.place(sim, source, target);
 		const move = battle.dex.getActiveMove(dexMove.id);
 		if (!dexMove.willCrit) move.willCrit = false;
-		const damage = battle.actions.getDamage(source, target, move, true);
+		let damage;
+		try {
+			damage = battle.actions.getDamage(source, target, move, true);
+		} catch (err) {
+			// A base-power callback that reads what only running the move sets up (Beat Up's `move.allies`: a
+			// TypeError in the engine's data/moves.js, seen 7 times in 200 gen9randombattle battles): the move's
+			// listed base power instead, without the callback.
+			if (!(err instanceof TypeError)) throw err;
+			const plain = battle.dex.getActiveMove(dexMove.id);
+			plain.basePowerCallback = undefined;
+			plain.basePower = dexMove.basePower || 60;
+			if (!dexMove.willCrit) plain.willCrit = false;
+			damage = battle.actions.getDamage(source, target, plain, true);
+		}
 		if (!damage) return 0;
 		let hits = 1;
 		if (dexMove.multihit) {
