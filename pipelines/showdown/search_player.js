@@ -33,8 +33,9 @@
  * Measured (benchmarks/search_teacher.py, results/search-teacher-2026-11-26; 200 battles a pair, each battle
  * played from both seats; CPU time of the generator process, on a shared 2-core machine): against the heuristic
  * player 74.0% [67.5, 79.6] in gen9randombattle and 60.8% [53.8, 67.2] in gen1ou, against random 100% in both;
- * 3-10 CPU ms per decision; 0.2-0.37 CPU s per battle against a scripted player, 0.76 (gen9) and 0.34 (gen1)
- * search vs search, so 5,000 battles on 2 cores take 0.14-0.26 h (0.53 h search vs search).
+ * 2.6-10 CPU ms per decision; 0.16-0.37 CPU s per battle against a scripted player, 0.56-0.76 (gen9) and
+ * 0.26-0.34 (gen1) search vs search (three runs on a loaded machine), so 5,000 battles on 2 cores take
+ * 0.11-0.26 h (0.39-0.53 h search vs search): the 1.4 s per battle budget holds with room to spare.
  * Tuning, gen9randombattle vs heuristic, same 200 battles: race weight 0.5 -> 127 wins, 0.8 -> 142, 1.0 -> 137;
  * foe model 0.9 greedy -> 141 (gen1ou: 120 vs 116 at 0.6), kept at 0.6.
  *
