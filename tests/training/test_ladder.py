@@ -80,30 +80,28 @@ def test_config_checks():
 @needs_simulator
 @pytest.mark.timeout(180)
 def test_tiny_ladder_counts_every_battle_once(tmp_path):
-    """RandomPlayer, MaxBasePowerPlayer and the generator's Node heuristic player, 2 battles a pair (one each side)
-    on the real server: the files are written, wins + ties = battles in every count, and the two matrix cells of
-    each pair add up. No win rate is asserted."""
+    """RandomPlayer against the generator's Node heuristic player, 2 battles (one each side) on the real server: the
+    files are written, wins + ties = battles in every count, and the two matrix cells of the pair add up. No win rate
+    is asserted."""
     from training.pokemon.ladder import run
     from training.pokemon.showdown_server import free_port
 
-    cfg = LadderConfig.tiny(out=str(tmp_path / "ladder"), port=free_port(), scripted=["heuristic"])
+    cfg = LadderConfig.tiny(out=str(tmp_path / "ladder"), port=free_port(), players=["random"], scripted=["heuristic"])
     result = run(cfg, log=lambda *_: None)
     assert sorted(p.name for p in (tmp_path / "ladder").iterdir()) == ["elo.csv", "ladder.png", "matches.csv",
                                                                        "matrix.csv"]
-    assert len(result["records"]) == 6
-    assert sorted((r["i"], r["j"]) for r in result["records"]) == [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]
+    assert len(result["records"]) == 2
+    assert sorted((r["i"], r["j"]) for r in result["records"]) == [(0, 1), (1, 0)]  # one battle each side
     with open(tmp_path / "ladder" / "matches.csv") as f:
         matches = list(csv.DictReader(f))
-    assert [(m["player_a"], m["player_b"], m["format"]) for m in matches] == [
-        ("RandomPlayer", "MaxBasePowerPlayer", "gen9randombattle"),
-        ("RandomPlayer", "node-heuristic", "gen9randombattle"),
-        ("MaxBasePowerPlayer", "node-heuristic", "gen9randombattle")]
-    assert all(int(m["battles"]) == 2 and int(m["wins_a"]) + int(m["wins_b"]) + int(m["ties"]) == 2 for m in matches)
+    assert len(matches) == 1
+    m = matches[0]
+    assert (m["player_a"], m["player_b"], m["format"]) == ("RandomPlayer", "node-heuristic", "gen9randombattle")
+    assert int(m["battles"]) == 2 and int(m["wins_a"]) + int(m["wins_b"]) + int(m["ties"]) == 2
     with open(tmp_path / "ladder" / "matrix.csv") as f:
         matrix = list(csv.DictReader(f))
-    cells = {(r["row"], r["column"]): float(r["win_rate"]) for r in matrix}
-    assert len(cells) == 6 and all(cells[a, b] + cells[b, a] == pytest.approx(1.0) for a, b in cells)
+    assert len(matrix) == 2 and sum(float(r["win_rate"]) for r in matrix) == pytest.approx(1.0)
     with open(tmp_path / "ladder" / "elo.csv") as f:
         elo = {r["player"]: r for r in csv.DictReader(f)}
-    assert float(elo["RandomPlayer"]["elo"]) == 1000.0 and int(elo["RandomPlayer"]["battles"]) == 4
-    assert all(math.isfinite(float(elo[name]["elo"])) for name in elo)  # finite even after 2-0 (the prior tie)
+    assert float(elo["RandomPlayer"]["elo"]) == 1000.0 and int(elo["RandomPlayer"]["battles"]) == 2
+    assert math.isfinite(float(elo["node-heuristic"]["elo"]))  # finite even after 2-0 (the prior tie)

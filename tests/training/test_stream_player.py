@@ -75,8 +75,9 @@ def test_a_checkpoint_plays_through_the_generator_and_its_choices_are_recorded(t
         rows = pov_trajectory(record, "p1", dex)  # its battles parse like any generated battle
         assert rows and all(r["action"] == -1 or r["legal_mask"][r["action"]] for r in rows)
     assert decided > 0 and player.player.live.fallbacks == 0
-    again = [line for _, line in generate(chunk, players={"p1": stream_player(*pin)})]
-    assert again == lines  # a battle is a function of its seed and the weights
+    if fmt == "gen9randombattle":  # once: nothing in it depends on the format
+        again = [line for _, line in generate(chunk, players={"p1": stream_player(*pin)})]
+        assert again == lines  # a battle is a function of its seed and the weights
 
 
 def test_action_choice_inverts_the_recorded_action():
