@@ -48,7 +48,7 @@ const crypto = require('crypto');
 const { Battle, Dex, Teams, toID } = require('pokemon-showdown');
 const players = require('./players');
 
-const { HeuristicPlayer, hpFraction, isFainted } = players;
+const { HeuristicPlayer, hpFraction, isFainted, statusOf, parseIdent, parseDetails } = players;
 
 /** Sets drawn per species to estimate the foe's hidden set (random sets have 1-4 roles; 40 draws show each). */
 const SET_DRAWS = 40;
@@ -116,23 +116,6 @@ function drawnSets(generatorFormat, speciesName) {
 	const sets = [...groups.values()].sort((a, b) => b.count - a.count);
 	SET_CACHE.set(key, sets);
 	return sets;
-}
-
-function parseIdent(ident) {
-	const m = /^(p\d)[a-z]?: (.*)$/.exec(ident || '');
-	return m ? { side: m[1], name: m[2] } : { side: '', name: ident || '' };
-}
-
-function parseDetails(details) {
-	const parts = details.split(', ');
-	let level = 100;
-	for (const p of parts.slice(1)) if (/^L\d+$/.test(p)) level = Number(p.slice(1));
-	return { species: parts[0], level };
-}
-
-function statusOf(condition) {
-	const parts = (condition || '').split(' ');
-	return parts.length > 1 && parts[1] !== 'fnt' ? parts[1] : '';
 }
 
 class SearchPlayer extends HeuristicPlayer {
