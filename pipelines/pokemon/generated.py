@@ -108,22 +108,22 @@ def generate(chunk: dict, showdown: str | None = None, players: dict | None = No
     cmd = ["node", str(GENERATOR), "--format", chunk["format"], "--num-battles", str(chunk["num_battles"]),
            "--seed", str(chunk["seed"]), "--first-index", str(chunk["first_index"]),
            "--p1", node_policy(chunk["p1"]), "--p2", node_policy(chunk["p2"])]
-    if not players:
-        proc = subprocess.run(cmd, capture_output=True, env=node_env(showdown), check=False)
-        if proc.returncode != 0:
-            raise RuntimeError(f"battle generator failed ({proc.returncode}): {proc.stderr.decode()[-2000:]}")
-        lines = proc.stdout.splitlines()
-    else:
-        lines = _answer_asks(cmd, showdown, players, chunk["format"])
-    for line in lines:
+    if players:
+        yield from _answer_asks(cmd, showdown, players, chunk["format"])
+        return
+    proc = subprocess.run(cmd, capture_output=True, env=node_env(showdown), check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"battle generator failed ({proc.returncode}): {proc.stderr.decode()[-2000:]}")
+    for line in proc.stdout.splitlines():
         if line.strip():
             battle_id = json.loads(line)["battle_id"]
             yield battle_id, line
 
 
-def _answer_asks(cmd: list[str], showdown: str | None, players: dict, fmt: str) -> list[bytes]:
+def _answer_asks(cmd: list[str], showdown: str | None, players: dict, fmt: str) -> list[tuple[str, bytes]]:
     """Run the generator with remote players: each ``{"ask": ...}`` line it writes is answered on its stdin by the
-    side's player, before the battle can go on; the other lines are battle records, returned."""
+    side's player, before the battle can go on; the other lines are battle records, returned as (battle id,
+    line)."""
     records = []
     with tempfile.TemporaryFile() as errors, subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                              stderr=errors, env=node_env(showdown)) as proc:
@@ -134,9 +134,10 @@ def _answer_asks(cmd: list[str], showdown: str | None, players: dict, fmt: str) 
                 proc.stdin.write(json.dumps({"ask": ask["ask"], "choice": choice}).encode() + b"\n")
                 proc.stdin.flush()
             elif line.strip():
-                records.append(line.rstrip(b"\n"))
+                battle_id = json.loads(line)["battle_id"]
+                records.append((battle_id, line.rstrip(b"\n")))
                 for player in players.values():
-                    player.forget(json.loads(line)["battle_id"])
+                    player.forget(battle_id)
         proc.stdin.close()
         returncode = proc.wait()
         errors.seek(0)

@@ -22,7 +22,7 @@ from models.pokemon_policy import check_inputs, fold_actions
 from pipelines.errors import InputError
 from pipelines.pokemon.dex import gen_of_format, load_dex
 from pipelines.pokemon.observation import observe
-from pipelines.pokemon.pov import Decision, _request_key
+from pipelines.pokemon.pov import Decision, _request_key, switch_targets
 from pipelines.pokemon.tracker import BattleTracker
 from shards_schema import storage
 from shards_schema.pokemon import NUM_MOVES
@@ -128,16 +128,21 @@ def greedy_action(model, tokens, numeric, legal) -> int:
 
 
 def request_options(request: dict) -> int:
-    """How many choices a request offers: its enabled moves plus its switch targets (0 for a wait)."""
+    """How many choices a request offers: its enabled moves plus its switch targets (``pov.switch_targets``; 0 for
+    a wait)."""
     if request.get("wait"):
         return 0
-    team = request["side"]["pokemon"]
     forced = bool(request.get("forceSwitch") and request["forceSwitch"][0])
     active = None if forced else (request.get("active") or [None])[0]
     moves = sum(1 for m in (active or {}).get("moves", []) if not m.get("disabled"))
-    can_switch = forced or not (active and (active.get("trapped") or active.get("maybeTrapped")))
-    switches = sum(1 for p in team if not p.get("active") and not p["condition"].endswith("fnt")) if can_switch else 0
-    return moves + switches
+    return moves + len(switch_targets(request))
+
+
+def protocol_lines(split_messages: list[list[str]]) -> tuple[str, list[str]]:
+    """(battle tag, its protocol lines) of a poke-env battle message, ``|request|`` and blank lines left out: what
+    a player's own stream holds beside its requests."""
+    tag = split_messages[0][0].lstrip(">").strip()
+    return tag, ["|".join(parts) for parts in split_messages[1:] if len(parts) > 1 and parts[1] not in ("request", "")]
 
 
 def action_choice(decision: Decision, action: int) -> str | None:
@@ -173,10 +178,9 @@ class PolicyPlayer(Player):
     mask_mismatches = property(lambda self: self.live.mask_mismatches)
 
     async def _handle_battle_message(self, split_messages):
-        tag = split_messages[0][0].lstrip(">").strip()
+        tag, lines = protocol_lines(split_messages)
         fmt = tag.split("-")[1] if tag.count("-") >= 2 else self._format
-        self.live.observe(tag, fmt, ["|".join(parts) for parts in split_messages[1:]
-                                     if len(parts) > 1 and parts[1] not in ("request", "")])
+        self.live.observe(tag, fmt, lines)
         await super()._handle_battle_message(split_messages)
 
     def select(self, battle, tokens, numeric, legal) -> int:

@@ -19,6 +19,7 @@ from poke_env.player import Player, SingleBattleOrder
 
 from pipelines.pokemon.dex import REPO_ROOT, node_env
 from pipelines.pokemon.generated import POLICIES
+from training.pokemon.player import protocol_lines
 
 POLICY_SERVER = REPO_ROOT / "pipelines" / "showdown" / "policy_server.js"
 
@@ -51,9 +52,8 @@ class ScriptedPlayer(Player):
         self.seen: dict[str, list[str]] = {}
 
     async def _handle_battle_message(self, split_messages):
-        tag = split_messages[0][0].lstrip(">").strip()
-        self.seen.setdefault(tag, []).extend(
-            "|".join(parts) for parts in split_messages[1:] if len(parts) > 1 and parts[1] not in ("request", ""))
+        tag, lines = protocol_lines(split_messages)
+        self.seen.setdefault(tag, []).extend(lines)
         await super()._handle_battle_message(split_messages)
 
     def _ask(self, battle) -> str | None:
