@@ -14,10 +14,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shards_schema.pokemon import NUM_MOVES, NUM_SWITCHES, OBS_NUMERIC, OBS_WORDS
+from shards_schema.pokemon import (
+    MOVE_SLOT_NUMBERS,
+    MOVE_SLOT_WORDS,
+    NUM_MOVES,
+    NUM_SWITCHES,
+    OBS_NUMERIC,
+    OBS_WORDS,
+    SWITCH_SLOT_NUMBERS,
+    SWITCH_SLOT_WORDS,
+)
 
 NUM_POLICY_ACTIONS = NUM_MOVES + NUM_SWITCHES
 """The actor chooses among 4 moves and 5 switches; terastallizing is folded into the move it goes with."""
+ACTION_HEADS = ("linear", "slots")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +44,10 @@ class PolicyConfig:
         max_turns: longest context (turns) the position embedding covers.
         dropout: dropout rate.
         gammas: discount factors of the critic heads.
+        action_head: ``linear``: each action's logit and values are a linear read of the turn vector, so an action
+            is its slot number; ``slots``: each action also gets a score from its own slot's words and numbers (the
+            move's id, type, category, power...; the switch target's species, types, HP...) against the turn
+            vector (``ActionSlots``), so what a move does is learned once for every slot it can sit in.
     """
 
     vocab_size: int
@@ -45,13 +59,16 @@ class PolicyConfig:
     max_turns: int = 128
     dropout: float = 0.0
     gammas: tuple[float, ...] = field(default=(0.9, 0.99, 0.999, 0.9999))
+    action_head: str = "linear"
 
     def __post_init__(self):
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if self.action_head not in ACTION_HEADS:
+            raise ValueError(f"action_head must be one of {ACTION_HEADS}, not {self.action_head!r}")
 
     @classmethod
-    def preset(cls, name: str, vocab_size: int, d_model: int = 0) -> PolicyConfig:
+    def preset(cls, name: str, vocab_size: int, d_model: int = 0, action_head: str = "linear") -> PolicyConfig:
         """``tiny`` (tests), ``small`` (~15M), ``medium`` (~50M), ``large`` (~200M), after Metamon's sizes.
 
         ``d_model`` (0: the preset's) replaces the width and scales the rest with it: the feed-forward keeps the
@@ -72,7 +89,7 @@ class PolicyConfig:
             while d_model % heads:
                 heads -= 1
             size = {**size, "d_model": d_model, "n_heads": heads, "d_ff": d_model * size["d_ff"] // size["d_model"]}
-        return cls(vocab_size=vocab_size, **size)
+        return cls(vocab_size=vocab_size, action_head=action_head, **size)
 
 
 def check_inputs(tokens, vocab_size: int) -> None:
@@ -120,6 +137,43 @@ class TurnEncoder(nn.Module):
         words = self.words(tokens) + self.slot  # (B, T, 87, d_token)
         turn = self.mix(words.reshape(b, t, OBS_WORDS * self.cfg.d_token))  # (B, T, d_model)
         return self.norm(turn + self.numeric(numeric.to(turn.dtype)))
+
+
+class ActionSlots(nn.Module):
+    """Each action's own slot (a move: its 3 words and 4 numbers; a switch: its target's 7 words and HP) → a logit and
+    one value per discount factor, read against the turn vector: ``w · GELU(W_h h + W_a slot + e_action)``.
+
+    The linear head has to learn "slot 2 holds a Water move and the foe is Fire" from the whole turn's mixed words
+    and learn it again for each of the 4 slots; here the same weights score a move wherever it sits, and the hidden
+    layer sees the move and the context (the foe's types, HP, boosts) together."""
+
+    def __init__(self, cfg: PolicyConfig):
+        super().__init__()
+        self.register_buffer("move_words", torch.tensor(MOVE_SLOT_WORDS), persistent=False)
+        self.register_buffer("move_numbers", torch.tensor(MOVE_SLOT_NUMBERS), persistent=False)
+        self.register_buffer("switch_words", torch.tensor(SWITCH_SLOT_WORDS), persistent=False)
+        self.register_buffer("switch_numbers", torch.tensor(SWITCH_SLOT_NUMBERS), persistent=False)
+        self.move = nn.Linear(len(MOVE_SLOT_WORDS[0]) * cfg.d_token + len(MOVE_SLOT_NUMBERS[0]), cfg.d_model)
+        self.switch = nn.Linear(len(SWITCH_SLOT_WORDS[0]) * cfg.d_token + len(SWITCH_SLOT_NUMBERS[0]), cfg.d_model)
+        self.action = nn.Parameter(torch.zeros(NUM_POLICY_ACTIONS, cfg.d_model))
+        self.context = nn.Linear(cfg.d_model, cfg.d_model)
+        self.out = nn.Linear(cfg.d_model, 1 + len(cfg.gammas))
+
+    @staticmethod
+    def _slots(layer: nn.Linear, embed: nn.Embedding, tokens, numeric, word_at, number_at) -> torch.Tensor:
+        # tokens (B, T, 87), numeric (B, T, 50) → (B, T, slots, d_model)
+        b, t, _ = tokens.shape
+        words = embed(tokens[:, :, word_at]).reshape(b, t, word_at.shape[0], -1)
+        return layer(torch.cat([words, numeric[:, :, number_at].to(words.dtype)], dim=-1))
+
+    def forward(self, x: torch.Tensor, tokens: torch.Tensor, numeric: torch.Tensor, embed: nn.Embedding):
+        """x (B, T, d_model) turn features → logits (B, T, 9) and values (B, T, 9, G), to add to the linear heads'.
+        ``embed`` is the turn encoder's word embedding: one vector per word, shared."""
+        slots = torch.cat([self._slots(self.move, embed, tokens, numeric, self.move_words, self.move_numbers),
+                           self._slots(self.switch, embed, tokens, numeric, self.switch_words, self.switch_numbers)],
+                          dim=2)
+        out = self.out(F.gelu(self.context(x)[:, :, None, :] + slots + self.action))  # (B, T, 9, 1 + G)
+        return out[..., 0], out[..., 1:]
 
 
 class Block(nn.Module):
@@ -170,6 +224,7 @@ class PokemonPolicy(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.actor = nn.Linear(cfg.d_model, NUM_POLICY_ACTIONS)
         self.critic = nn.Linear(cfg.d_model, len(cfg.gammas) * NUM_POLICY_ACTIONS)
+        self.slots = ActionSlots(cfg) if cfg.action_head == "slots" else None
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -201,8 +256,13 @@ class PokemonPolicy(nn.Module):
         x = self.features(tokens, numeric, valid, mask_padding=mask_padding)
         # A row with no legal action (forced moves, terminal rows) keeps finite logits; its loss is masked out.
         any_legal = legal.any(dim=-1, keepdim=True)
-        logits = self.actor(x).masked_fill(~legal & any_legal, float("-inf"))
+        logits = self.actor(x)
         q = self.critic(x).view(b, t, len(self.cfg.gammas), NUM_POLICY_ACTIONS)
+        if self.slots is not None:
+            slot_logits, slot_q = self.slots(x, tokens, numeric, self.encoder.words)
+            logits = logits + slot_logits
+            q = q + slot_q.transpose(-1, -2)
+        logits = logits.masked_fill(~legal & any_legal, float("-inf"))
         probs = torch.softmax(logits.float(), dim=-1).to(q.dtype)
         values = (q * probs[:, :, None, :]).sum(-1)
         return PolicyOutput(logits=logits, q_values=q, values=values)

@@ -47,6 +47,15 @@ NUM_ACTIONS = NUM_MOVES + NUM_SWITCHES + NUM_TERA_MOVES
 OBS_WORDS = 87
 OBS_NUMERIC = 50
 
+MOVE_SLOT_WORDS = tuple(tuple(range(20 + 3 * i, 23 + 3 * i)) for i in range(NUM_MOVES))
+"""Observation words of each of the player's move slots (move id, move type, category), in action order."""
+MOVE_SLOT_NUMBERS = tuple((8 + i, 12 + i, 16 + i, 20 + i) for i in range(NUM_MOVES))
+"""Numeric features of each move slot (base power, accuracy, PP left, priority), in action order."""
+SWITCH_SLOT_WORDS = tuple(tuple(range(52 + 7 * j, 59 + 7 * j)) for j in range(NUM_SWITCHES))
+"""Observation words of each switch slot (species, item, ability, two types, status, tera type), in action order."""
+SWITCH_SLOT_NUMBERS = tuple((36 + j,) for j in range(NUM_SWITCHES))
+"""Numeric features of each switch slot (its HP fraction), in action order."""
+
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,13 @@ import pytest
 import torch
 
 from models.pokemon_policy import PokemonPolicy, PolicyConfig, check_inputs, fold_action_ids, fold_actions
-from shards_schema.pokemon import OBS_NUMERIC
+from shards_schema.pokemon import (
+    MOVE_SLOT_NUMBERS,
+    MOVE_SLOT_WORDS,
+    OBS_NUMERIC,
+    SWITCH_SLOT_NUMBERS,
+    SWITCH_SLOT_WORDS,
+)
 from training import losses
 
 VOCAB = 100
@@ -160,3 +166,64 @@ def test_masked_steps_with_illegal_placeholder_actions_give_no_nan():
     loss = losses.behaviour_cloning_loss(logits, actions, mask)
     assert torch.isfinite(loss)
     assert torch.isfinite(losses.weighted_actor_loss(logits, actions, torch.ones(1, 2), mask))
+
+
+def _slot_model() -> PokemonPolicy:
+    torch.manual_seed(0)
+    model = PokemonPolicy(PolicyConfig.preset("tiny", VOCAB, action_head="slots")).eval()
+    with torch.no_grad():
+        model.actor.weight.zero_()  # the linear read alone would tell the slots apart by number
+        model.actor.bias.zero_()
+        model.slots.action.normal_()
+    return model
+
+
+def _permuted(tokens, numeric, moves, switches):
+    """The same turn with its move slots and switch slots put in another order (words and numbers alike)."""
+    tokens, numeric = tokens.clone(), numeric.clone()
+    for slot_words, slot_numbers, order in ((MOVE_SLOT_WORDS, MOVE_SLOT_NUMBERS, moves),
+                                            (SWITCH_SLOT_WORDS, SWITCH_SLOT_NUMBERS, switches)):
+        words, numbers = torch.tensor(slot_words), torch.tensor(slot_numbers)
+        tokens[..., words.reshape(-1)] = tokens[..., words[order].reshape(-1)]
+        numeric[..., numbers.reshape(-1)] = numeric[..., numbers[order].reshape(-1)]
+    return tokens, numeric
+
+
+def test_the_slot_head_scores_a_move_by_what_it_is_wherever_it_sits():
+    """With the per-action embedding at zero, moving a move (or a switch target) to another slot moves its score with
+    it; the per-action embedding is what may still tell slots apart."""
+    model = _slot_model()
+    with torch.no_grad():
+        model.slots.action.zero_()
+    tokens, numeric = torch.randint(3, VOCAB, (2, 6, 87)), torch.rand(2, 6, OBS_NUMERIC)
+    moves, switches = torch.tensor([2, 0, 3, 1]), torch.tensor([4, 1, 0, 3, 2])
+    legal, valid = torch.ones(2, 6, 9, dtype=torch.bool), torch.ones(2, 6, dtype=torch.bool)
+    with torch.no_grad():
+        x = model.features(tokens, numeric, valid)
+        before, before_q = model.slots(x, tokens, numeric, model.encoder.words)
+        moved_tokens, moved_numeric = _permuted(tokens, numeric, moves, switches)
+        after, after_q = model.slots(x, moved_tokens, moved_numeric, model.encoder.words)
+    order = torch.cat([moves, switches + 4])
+    assert torch.allclose(after, before[..., order], atol=1e-6)
+    assert torch.allclose(after_q, before_q[..., order, :], atol=1e-6)
+    out = model(tokens, numeric, legal, valid)
+    assert out.logits.shape == (2, 6, 9) and out.q_values.shape == (2, 6, 4, 9)
+
+
+def test_the_slot_head_adds_to_the_linear_one_and_keeps_the_mask():
+    model = _slot_model()
+    tokens, numeric = torch.randint(3, VOCAB, (1, 4, 87)), torch.rand(1, 4, OBS_NUMERIC)
+    legal = torch.zeros(1, 4, 9, dtype=torch.bool)
+    legal[..., [1, 5]] = True
+    with torch.no_grad():
+        out = model(tokens, numeric, legal, torch.ones(1, 4, dtype=torch.bool))
+        slot_logits, _ = model.slots(model.features(tokens, numeric, None), tokens, numeric, model.encoder.words)
+    assert torch.isinf(out.logits[~legal]).all()
+    assert torch.allclose(out.logits[legal], slot_logits[legal], atol=1e-6)  # the linear actor is zeroed
+
+
+def test_action_head_is_checked_and_defaults_to_linear():
+    assert PolicyConfig(vocab_size=VOCAB).action_head == "linear"
+    assert PokemonPolicy(PolicyConfig.preset("tiny", VOCAB)).slots is None
+    with pytest.raises(ValueError, match="action_head"):
+        PolicyConfig(vocab_size=VOCAB, action_head="pointer")

@@ -20,7 +20,15 @@ from pipelines.pokemon.observation import (
     stored_value,
     vocabulary,
 )
-from shards_schema.pokemon import OBS_NUMERIC, OBS_WORDS, TURNS_SCHEMA
+from shards_schema.pokemon import (
+    MOVE_SLOT_NUMBERS,
+    MOVE_SLOT_WORDS,
+    OBS_NUMERIC,
+    OBS_WORDS,
+    SWITCH_SLOT_NUMBERS,
+    SWITCH_SLOT_WORDS,
+    TURNS_SCHEMA,
+)
 
 
 def _move(name, mtype="normal", bp=40, pp=35):
@@ -95,6 +103,23 @@ def test_unknown_words_map_to_unk_and_are_counted(state):
     assert tokens[12] == UNK_ID and tokens[33] == UNK_ID
     assert max(tokens) < len(vocabulary())
     assert text.split()[12] == "notarealmon"  # the text keeps the word; only its id is <unk>
+
+
+def test_each_action_slot_names_its_own_move_or_switch_target(state):
+    """The policy's slot head (``models.pokemon_policy.ActionSlots``) reads each action's words and numbers at these
+    positions: move slot i's id, type and category and its four numbers; switch slot j's seven words and its HP."""
+    for i, at in enumerate(MOVE_SLOT_WORDS):
+        assert [OBS_WORD_FIELDS[k] for k in at] == [f"player_active.moves[{i}].{f}" for f in
+                                                    ("name", "move_type", "category")]
+    for j, at in enumerate(SWITCH_SLOT_WORDS):
+        assert [OBS_WORD_FIELDS[k] for k in at] == [f"available_switches[{j}].{f}" for f in
+                                                    ("name", "item", "ability", "types[0]", "types[1]", "status",
+                                                     "tera_type")]
+    numeric = observation_numeric(state)
+    icebeam = [numeric[k] for k in MOVE_SLOT_NUMBERS[1]]
+    assert icebeam == pytest.approx([95 / 200, 1.0, 1.0, 0.0])
+    state["available_switches"][1]["hp_pct"] = 0.25
+    assert observation_numeric(state)[SWITCH_SLOT_NUMBERS[1][0]] == pytest.approx(0.25)
 
 
 def test_tokens_decode_back_to_words_of_their_fields(state):

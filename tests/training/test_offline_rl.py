@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from training.checkpoints import read_checkpoint
 from training.pokemon.offline_rl import TrainConfig, run
 
 
@@ -93,7 +94,8 @@ def test_resume_is_exact(tiny_generated, tmp_path):
 
 
 def test_checkpoint_plays_real_battles(tiny_generated, tmp_path):
-    """A trained checkpoint loads as a poke-env player and finishes real battles on a local server."""
+    """A trained checkpoint loads as a poke-env player and finishes real battles on a local server; trained with the
+    slot action head, which the checkpoint's config carries to the player."""
     import shutil
 
     if shutil.which("node") is None:
@@ -105,8 +107,9 @@ def test_checkpoint_plays_real_battles(tiny_generated, tmp_path):
 
     _, published, _ = tiny_generated
     out = tmp_path / "run"
-    run(TrainConfig.tiny(shards=str(published.path), out=str(out), steps=4))
+    run(TrainConfig.tiny(shards=str(published.path), out=str(out), steps=4, action_head="slots"))
     checkpoint = Path(latest_checkpoint(out)) / "state.pt"
+    assert read_checkpoint(str(checkpoint)).build_config().action_head == "slots"
     logs = []
     rows = evaluate(EvalConfig.tiny(checkpoint=str(checkpoint), port=free_port(), battles=3), log=logs.append)
     assert rows[0]["battles"] == 3 and rows[0]["opponent"] == "random"

@@ -368,3 +368,25 @@ def test_the_report_reads_snapshots_and_the_learner_by_update(tmp_path):
                              "snapshot-000002": 990.0}) == [(2, 990.0), (10, 1050.0)]
     (tmp_path / "metrics.csv").write_text("step,learner_rating\n1,1000\n2,1010\n2,1012\n3,1020\n")
     assert learner_ratings(tmp_path / "metrics.csv") == [(1, 1000.0), (2, 1012.0), (3, 1020.0)]
+
+
+def test_self_play_refuses_a_policy_with_the_slot_head(tmp_path):
+    """The recurrent PPO policy starts from the offline-RL actor as one linear map of the turn features; a policy
+    trained with ``--action-head slots`` is refused by name rather than started from half of its head."""
+    from models.pokemon_policy import PokemonPolicy, PolicyConfig
+    from pipelines.pokemon.observation import vocabulary
+    from training.checkpoints import live_identity, payload
+    from training.pokemon.offline_rl import TrainConfig
+    from training.registry import POKEMON_OBSERVATION
+    from training.selfplay import SelfPlayConfig
+
+    model = PokemonPolicy(PolicyConfig.preset("tiny", len(vocabulary()), action_head="slots"))
+    source = tmp_path / "bc"
+    source.mkdir()
+    state = payload(kind="pokemon_policy", model_config=model.cfg,
+                    train_config=TrainConfig.tiny(shards="s", out="o", action_head="slots"), step=1,
+                    data=live_identity(POKEMON_OBSERVATION), model=model, optimizer=None)
+    torch.save({**state, "rng": []}, source / "state.pt")
+    cfg = SelfPlayConfig.tiny(env="pokemon", policy_init=str(source), out=str(tmp_path / "run"))
+    with pytest.raises(ValueError, match="'slots' action head"):
+        cfg.environment()

@@ -49,6 +49,8 @@ class FlywheelConfig:
         seed: seed of the battles (round k plays with seed + k) and of training.
         objective: bc, filtered_bc or exp_adv.
         preset: the policy's size (tiny, small, medium, large).
+        d_model: the policy's width replacing the preset's (0: the preset's).
+        action_head: the policy's action head (linear, slots).
         steps: training steps per round.
         batch_size: windows per step.
         context: turns per window.
@@ -72,6 +74,8 @@ class FlywheelConfig:
     seed: int = 0
     objective: str = "exp_adv"
     preset: str = "small"
+    d_model: int = 0
+    action_head: str = "linear"
     steps: int = 2000
     batch_size: int = 32
     context: int = 32
@@ -121,6 +125,7 @@ def train_round(cfg: FlywheelConfig, k: int, versions: list[str], previous: str 
     """Round k's policy, trained on every version so far; its run folder."""
     out = storage.join(cfg.out, f"round-{k}", "policy")
     train_cfg = TrainConfig(shards=versions[0], extra_shards=versions[1:], out=out, preset=cfg.preset,
+                            d_model=cfg.d_model, action_head=cfg.action_head,
                             objective=cfg.objective, steps=cfg.steps, batch_size=cfg.batch_size, context=cfg.context,
                             lr=cfg.lr, seed=cfg.seed, sides=list(cfg.sides), checkpoint_every=cfg.steps,
                             log_every=max(1, cfg.steps // 20), wandb_mode="disabled",

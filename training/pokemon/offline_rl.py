@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from models.pokemon_policy import PolicyConfig
+from models.pokemon_policy import ACTION_HEADS, PolicyConfig
 from pipelines.pokemon.observation import vocabulary
 from training import losses
 from training.fit import Recipe, TrainerConfig, fit
@@ -49,6 +49,8 @@ class TrainConfig(TrainerConfig):
             stay the same whatever the share): the data axis of a scaling sweep.
         d_model: model width replacing the preset's, the feed-forward and heads scaled with it (0: the preset's):
             the size axis of a scaling sweep.
+        action_head: ``linear`` (each action a linear read of the turn vector) or ``slots`` (each action also
+            scored from its own move's or switch target's words and numbers: ``models.pokemon_policy.ActionSlots``).
     """
 
     preset: str = "small"
@@ -62,6 +64,7 @@ class TrainConfig(TrainerConfig):
     max_eval_windows: int = 512
     train_share: float = 1.0
     d_model: int = 0
+    action_head: str = "linear"
 
     def __post_init__(self):
         super().__post_init__()
@@ -75,6 +78,8 @@ class TrainConfig(TrainerConfig):
             raise ValueError("--train-share is a share in (0, 1]")
         if self.d_model < 0:
             raise ValueError("--d-model must be >= 0 (0: the preset's width)")
+        if self.action_head not in ACTION_HEADS:
+            raise ValueError(f"--action-head must be one of {ACTION_HEADS}")
 
     @classmethod
     def tiny(cls, *, shards: str, out: str, **overrides) -> TrainConfig:
@@ -135,7 +140,8 @@ class PolicyRecipe(Recipe):
         return {"vocab_size": len(vocabulary(version.manifest.observation_version))}
 
     def model_config(self):
-        policy_cfg = PolicyConfig.preset(self.cfg.preset, self.plan["vocab_size"], d_model=self.cfg.d_model)
+        policy_cfg = PolicyConfig.preset(self.cfg.preset, self.plan["vocab_size"], d_model=self.cfg.d_model,
+                                        action_head=self.cfg.action_head)
         return dataclasses.replace(policy_cfg, max_turns=max(policy_cfg.max_turns, self.cfg.context))
 
     def init_config(self, ckpt):

@@ -337,6 +337,11 @@ class PokemonSelfPlay:
             self.checkpoint = read_checkpoint(cfg.policy_init, kind="pokemon_policy")
             self.checkpoint.check_features(live_identity(POKEMON_OBSERVATION))
             self.bc = self.checkpoint.build_model().requires_grad_(False)
+            if self.bc.cfg.action_head != "linear":
+                # the PPO policy starts from the offline-RL actor as one linear map of the turn features; a slot
+                # head's scores need each action's own words, which the recurrent policy does not read
+                raise ValueError(f"--policy-init {cfg.policy_init} has the {self.bc.cfg.action_head!r} action head; "
+                                 "self-play starts only from a 'linear' one (train it with --action-head linear)")
             self.context = int(self.checkpoint.train_config["context"])
             self.data, self.source = self.checkpoint.data, cfg.policy_init
         else:
