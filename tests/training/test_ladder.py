@@ -4,13 +4,14 @@ ladder through a real local Showdown server that checks its files and that every
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 from conftest import needs_simulator
 
-from training.pokemon.ladder import LadderConfig, bootstrap_ratings, bradley_terry, scores_of
+from training.pokemon.ladder import LadderConfig, bootstrap_ratings, bradley_terry, pairings, scores_of
 
 
 def test_two_players_elo_gap_is_the_win_rate_logit():
@@ -105,3 +106,10 @@ def test_tiny_ladder_counts_every_battle_once(tmp_path):
         elo = {r["player"]: r for r in csv.DictReader(f)}
     assert float(elo["RandomPlayer"]["elo"]) == 1000.0 and int(elo["RandomPlayer"]["battles"]) == 2
     assert math.isfinite(float(elo["node-heuristic"]["elo"]))  # finite even after 2-0 (the prior tie)
+
+
+def test_a_gauntlet_leaves_out_only_the_checkpoint_pairs():
+    everyone = LadderConfig(out="o", port=1, players=["random", "heuristic"], checkpoints=["a", "b", "c"])
+    assert len(pairings(everyone, 5)) == 10
+    gauntlet = dataclasses.replace(everyone, checkpoints_meet=False)
+    assert pairings(gauntlet, 5) == [(0, 1), (0, 2), (0, 3), (0, 4), (1, 2), (1, 3), (1, 4)]

@@ -83,6 +83,9 @@ class LadderConfig:
         seed: seed of the bootstrap.
         prior_ties: virtual tied battles of every entrant against the anchor, so an entrant that never won or never
             lost still gets a finite rating (1 by default: a weak pull towards the anchor).
+        checkpoints_meet: play the checkpoints against one another too; without, each checkpoint meets only the
+            bots and scripted players (a gauntlet: n policies cost n pairs per opponent instead of n² / 2, and every
+            rating stays tied to the anchor through the opponents they share).
     """
 
     out: str
@@ -98,6 +101,7 @@ class LadderConfig:
     bootstrap_samples: int = 1000
     seed: int = 0
     prior_ties: float = 1.0
+    checkpoints_meet: bool = True
 
     def __post_init__(self):
         unknown = set(self.players) - set(BUILTIN)
@@ -224,6 +228,14 @@ def entrants_of(cfg: LadderConfig) -> list[Entrant]:
     return out
 
 
+def pairings(cfg: LadderConfig, num_entrants: int) -> list[tuple[int, int]]:
+    """The pairs (a, b), a < b, of entrant indices that play: every pair, or with ``checkpoints_meet`` off every
+    pair but those of two checkpoints (``entrants_of`` puts the checkpoints last)."""
+    first_checkpoint = num_entrants - len(cfg.checkpoints)
+    return [(a, b) for a in range(num_entrants) for b in range(a + 1, num_entrants)
+            if cfg.checkpoints_meet or a < first_checkpoint]
+
+
 @dataclass
 class _Half:
     """One half of a pair's battles in a format: ``first`` challenges ``second``."""
@@ -254,19 +266,18 @@ async def _play(cfg: LadderConfig, entrants: list[Entrant], url: str, log) -> li
         def team(k, pool=pool):  # entrant k's rotation, from its first team on (None: the format brings its own)
             return RotatingTeambuilder(pool[k * cfg.num_teams:(k + 1) * cfg.num_teams]) if pool else None
 
-        for a in range(len(entrants)):
-            for b in range(a + 1, len(entrants)):
-                # second half: b challenges with a's teams, a answers with b's, so both halves play the same team pairs
-                for first, second, first_team, second_team in ((a, b, a, b), (b, a, a, b)):
-                    job = len(halves)
-                    opts = {"server_configuration": server, "battle_format": fmt,
-                            "max_concurrent_battles": cfg.concurrency, **CLIENT_TIMEOUTS}
-                    # Showdown names are at most 18 characters; longer ones are cut and the login check fails
-                    challenger = entrants[first].make(AccountConfiguration(f"rf ladder {job}a", None),
-                                                      team=team(first_team), **opts)
-                    opponent = entrants[second].make(AccountConfiguration(f"rf ladder {job}b", None),
-                                                     team=team(second_team), **opts)
-                    halves.append(_Half(fmt, first, second, challenger, opponent))
+        for a, b in pairings(cfg, len(entrants)):
+            # second half: b challenges with a's teams, a answers with b's, so both halves play the same team pairs
+            for first, second, first_team, second_team in ((a, b, a, b), (b, a, a, b)):
+                job = len(halves)
+                opts = {"server_configuration": server, "battle_format": fmt,
+                        "max_concurrent_battles": cfg.concurrency, **CLIENT_TIMEOUTS}
+                # Showdown names are at most 18 characters; longer ones are cut and the login check fails
+                challenger = entrants[first].make(AccountConfiguration(f"rf ladder {job}a", None),
+                                                  team=team(first_team), **opts)
+                opponent = entrants[second].make(AccountConfiguration(f"rf ladder {job}b", None),
+                                                 team=team(second_team), **opts)
+                halves.append(_Half(fmt, first, second, challenger, opponent))
     total = half * len(halves)
     log(f"ladder: {len(entrants)} entrants, {len(cfg.formats)} formats, {total} battles on {url}")
     progress = asyncio.create_task(_show_progress(halves, total, log))
