@@ -60,6 +60,7 @@ def version_bytes(uri: str) -> dict[str, bytes]:
     """Every file of a published version by name, manifest included, read straight from the store."""
     m = open_version(uri).manifest
     names = [e.path for e in (*m.files, m.index_file, m.quarantine_file)] + ["manifest.json"]
+    names += [m.card.path] if m.card is not None else []
     return {name: storage.read_bytes(storage.join(uri, name)) for name in names}
 
 

@@ -406,7 +406,8 @@ def run(cfg: ParseConfig, *, log=print):
     rewrite = ray.remote(num_cpus=cfg.cpus_per_actor, **runtime_env)(drop_rows)
     publisher = VersionPublisher(spec, schema=parser.schema, index_schema=parser.index_schema,
                                  parquet_options=parser.parquet_options, max_unreadable=cfg.max_unreadable,
-                                 rewrite=lambda *args: ray.get(rewrite.remote(*args)))
+                                 rewrite=lambda *args: ray.get(rewrite.remote(*args)),
+                                 license=registry.source_license(cfg.source))
     progress = ParseProgress(plan, group_bytes, reader, publisher, Ticker(cfg.progress_every_s, log))
     try:
         with progress:

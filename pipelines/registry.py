@@ -14,6 +14,7 @@ from pipelines.pokemon.generated import GeneratedSource
 from pipelines.pokemon.metamon import MetamonSource
 from pipelines.pokemon.replays import HfRawSource, PokechampSource, ShowdownJsonSource
 from pipelines.stages import Source
+from shards_schema.card import UNKNOWN_LICENSE, SourceLicense
 
 SOURCES: dict[str, type[Source]] = {}
 
@@ -35,6 +36,12 @@ def source_class(name: str) -> type[Source]:
     if name not in SOURCES:
         raise ValueError(f"--source must be one of {tuple(sorted(SOURCES))}, got {name!r}")
     return SOURCES[name]
+
+
+def source_license(name: str) -> SourceLicense:
+    """The terms of a source's inputs, for the dataset card of a version made from them: the registered source's,
+    else unknown (a version whose manifest names no registered source: a rollout's)."""
+    return SOURCES[name].license if name in SOURCES else UNKNOWN_LICENSE
 
 
 def options_classes() -> dict[str, type]:

@@ -24,6 +24,7 @@ from typing import ClassVar, NamedTuple
 
 import pyarrow as pa
 
+from shards_schema.card import UNKNOWN_LICENSE, SourceLicense
 from shards_schema.declare import to_table
 from shards_schema.manifest import Counts
 from shards_schema.versions import CodeVersions
@@ -150,6 +151,8 @@ class Source(ABC):
             start processes of their own (the simulator).
         needs_input: whether ``--input`` is required.
         default_formats: formats used when ``--formats`` is empty (empty: every format).
+        license: the terms its inputs come under, stated on the dataset card of every version made from them
+            (``shards_schema/card.py``); unknown unless the source declares them.
     """
 
     name: ClassVar[str]
@@ -159,6 +162,7 @@ class Source(ABC):
     bounded_reads: ClassVar[bool] = False
     needs_input: ClassVar[bool] = True
     default_formats: ClassVar[tuple[str, ...]] = ()
+    license: ClassVar[SourceLicense] = UNKNOWN_LICENSE
 
     def __init__(self, inputs: SourceInputs, options=None):
         self.inputs = inputs

@@ -9,16 +9,18 @@ inputs whose dedupe key an earlier group wrote (rewriting the affected shards, t
 index and quarantine, and publishes.
 
 Object stores have no rename, so publishing is: every file named by its contents' hash and written whole (never
-overwritten with other bytes), then the manifest, last, with a conditional create (``storage.create_exclusive``). A
-folder without a manifest is not a version: readers refuse it. A killed run leaves files no manifest names; the next
-run of the same version writes the same names (same bytes), and deletes what its published manifest does not name.
-Two runs of one version with different contents (code changed without a version bump, an input changed in place)
-cannot mix: their files have other names, only one manifest is created, the other run gets ``VersionConflictError``
-and removes its own files.
+overwritten with other bytes), then the dataset card (``README.md``, the name the hub reads, ``shards_schema/card.py``:
+written only while no manifest is there, and named in the manifest), then the manifest, last, with a conditional
+create (``storage.create_exclusive``). A folder without a manifest is not a version: readers refuse it. A killed run
+leaves files no manifest names; the next run of the same version writes the same names (same bytes), and deletes
+what its published manifest does not name. Two runs of one version with different contents (code changed without a
+version bump, an input changed in place) cannot mix: their files have other names, only one manifest is created,
+the other run gets ``VersionConflictError`` and removes its own files.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -38,7 +40,8 @@ import pyarrow.parquet as pq
 
 from pipelines.stages import InputRecord, ParsedBatch, record_table, records_of, struct_table
 from shards_schema import storage
-from shards_schema.manifest import MANIFEST_FORMAT, MANIFEST_NAME, Counts, FileEntry, Manifest
+from shards_schema.card import UNKNOWN_LICENSE, SourceLicense, card_file, dataset_card
+from shards_schema.manifest import CARD_NAME, MANIFEST_FORMAT, MANIFEST_NAME, Counts, FileEntry, Manifest
 from shards_schema.quarantine import QUARANTINE_SCHEMA
 from shards_schema.versions import CodeVersions
 
@@ -458,6 +461,7 @@ class VersionPublisher:
     publishes the version.
 
     ``rewrite`` runs ``drop_rows`` (the job hands it to a Ray task, so the driver never encodes shards).
+    ``license``: the terms of the source's inputs, stated on the version's dataset card (``Source.license``).
 
     Inputs the store did not deliver (``InputRecord.lost``) are counted against ``max_unreadable``: one more stops
     the job at once (``LostInputsError``). Accepted ones make the version's name include them
@@ -465,8 +469,9 @@ class VersionPublisher:
 
     def __init__(self, spec: VersionSpec, *, schema: pa.Schema, index_schema: pa.Schema,
                  parquet_options: dict | None = None, max_unreadable: int = 0,
-                 rewrite: Callable[..., FileEntry | None] | None = None):
+                 rewrite: Callable[..., FileEntry | None] | None = None, license: SourceLicense = UNKNOWN_LICENSE):
         self.spec, self.schema, self.index_schema, self.parquet_options = spec, schema, index_schema, parquet_options
+        self.license = license
         self.max_unreadable = max_unreadable
         self.lost: list[InputRecord] = []
         self._rewrite = rewrite or drop_rows
@@ -554,9 +559,13 @@ class VersionPublisher:
             return self.spec
         return replace(self.spec, lost_inputs=tuple(sorted(r.input_id for r in self.lost)))
 
+    def card(self, manifest: Manifest) -> bytes:
+        """The dataset card of the version ``manifest`` describes (its ``git_commit`` and ``extra`` aside)."""
+        return dataset_card(manifest, rows=self.schema, index=self.index_schema, license=self.license).encode()
+
     def publish(self) -> PublishResult:
-        """Index and quarantine, then the manifest with a conditional create; then remove the files the published
-        manifest does not name (a killed run's, or a conflicting run's)."""
+        """Index, quarantine and the dataset card, then the manifest with a conditional create; then remove the
+        files the published manifest does not name (a killed run's, or a conflicting run's)."""
         counts = self.counts()
         if not counts.reconciles():
             raise AssertionError(f"counts do not reconcile: {counts}")
@@ -576,9 +585,21 @@ class VersionPublisher:
             counts=counts, files=self._files, index_file=index_entry, quarantine_file=quarantine_entry,
             git_commit=git_commit(),
         )
-        if storage.create_exclusive(storage.join(spec.uri, MANIFEST_NAME), manifest.to_json().encode()):
+        card = self.card(manifest)
+        manifest = replace(manifest, extra={"card": dataclasses.asdict(card_file(card))})
+        manifest_uri, card_uri = storage.join(spec.uri, MANIFEST_NAME), storage.join(spec.uri, CARD_NAME)
+        # The card's name is the hub's, not a content name: it is written only while the version is unpublished
+        # (a card there then is a killed run's), so a published version's card is never replaced by a re-run's.
+        wrote_card = not storage.exists(manifest_uri)
+        if wrote_card:
+            storage.write_bytes(card_uri, card)
+        if storage.create_exclusive(manifest_uri, manifest.to_json().encode()):
             return PublishResult(spec.uri, manifest, reused=False, removed=remove_unlisted(spec.uri, manifest))
         existing = Manifest.load(spec.uri)
+        if wrote_card and existing.card is not None and existing.card.sha256 != card_file(card).sha256:
+            # another run published between this run's check and its create, and this run's card may have
+            # replaced that run's: the published version's card goes back
+            storage.write_bytes(card_uri, self.card(existing))
         if _contents(existing) != _contents(manifest):
             remove_unlisted(spec.uri, existing, only=_names(manifest))
             if existing.inputs_sha256 != manifest.inputs_sha256:
@@ -603,7 +624,8 @@ def _contents(m: Manifest) -> tuple:
 
 
 def _names(m: Manifest) -> set[str]:
-    return {MANIFEST_NAME, m.index_file.path, m.quarantine_file.path, *(f.path for f in m.files)}
+    card = [m.card.path] if m.card is not None else []
+    return {MANIFEST_NAME, m.index_file.path, m.quarantine_file.path, *(f.path for f in m.files), *card}
 
 
 def remove_unlisted(version_uri: str, manifest: Manifest, *, only: set[str] | None = None) -> list[str]:
@@ -630,12 +652,12 @@ class ShardWriter:
 
     def __init__(self, spec: VersionSpec, *, schema: pa.Schema, index_schema: pa.Schema, shard_size_bytes: int,
                  parquet_options: dict | None = None, index_rows: Callable[[pa.Table], list[dict]] | None = None,
-                 unknown_words: Callable[[pa.Table], int] | None = None):
+                 unknown_words: Callable[[pa.Table], int] | None = None, license: SourceLicense = UNKNOWN_LICENSE):
         self.spec = spec
         self._group = GroupWriter(spec.uri, "00000-000", schema, shard_size_bytes=shard_size_bytes,
                                   parquet_options=parquet_options, index_rows=index_rows, unknown_words=unknown_words)
         self.publisher = VersionPublisher(spec, schema=schema, index_schema=index_schema,
-                                          parquet_options=parquet_options)
+                                          parquet_options=parquet_options, license=license)
 
     def add_batch(self, batch: ParsedBatch) -> None:
         self._group.add_batch(batch)

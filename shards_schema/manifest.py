@@ -10,6 +10,8 @@ from pathlib import Path
 from shards_schema import storage
 
 MANIFEST_NAME = "manifest.json"
+CARD_NAME = "README.md"
+"""A version's dataset card (``shards_schema/card.py``), under the name the Hugging Face hub reads."""
 MANIFEST_FORMAT = 1
 """The manifest layout this checkout writes and reads; a reader refuses any other (bump it when a field's
 meaning changes or a field is removed)."""
@@ -35,6 +37,21 @@ class FileEntry:
 
     path: str
     rows: int
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class CardFile:
+    """A version's dataset card, as its manifest names it (``Manifest.card``).
+
+    Attributes:
+        path: file name relative to the version folder (``README.md``).
+        bytes: file size in bytes, as written.
+        sha256: hex sha256 of the bytes written.
+    """
+
+    path: str
     bytes: int
     sha256: str
 
@@ -91,6 +108,8 @@ class Manifest:
         index_file: the per-trajectory (or per-game) index.
         quarantine_file: the quarantine table.
         git_commit: commit of the code that wrote it (``unknown`` outside a git checkout).
+        extra: entries beside the layout, which readers of this ``manifest_format`` that do not know them ignore:
+            ``card``, the dataset card (``CardFile`` fields; absent from versions published without one).
     """
 
     manifest_format: int
@@ -110,6 +129,12 @@ class Manifest:
     quarantine_file: FileEntry
     git_commit: str
     extra: dict = field(default_factory=dict)
+
+    @property
+    def card(self) -> CardFile | None:
+        """The dataset card the writer wrote with this version, or None for a version published without one."""
+        entry = self.extra.get("card")
+        return CardFile(**entry) if entry is not None else None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"

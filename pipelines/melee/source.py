@@ -13,6 +13,7 @@ from pipelines.inputs import file_items, list_sized, resolve_input
 from pipelines.melee import archives
 from pipelines.melee.slp import FRAME_PARQUET_OPTIONS, SlpFilters, parse_slp
 from pipelines.stages import Parsed, Parser, Plan, Source, read_row, work_item
+from shards_schema.card import SourceLicense
 from shards_schema.manifest import Counts
 from shards_schema.melee import CODE_VERSIONS, FRAMES_SCHEMA, GAMES_SCHEMA
 
@@ -90,6 +91,11 @@ class SlpSource(Source):
     options_class = SlpConfig
     shard_bytes_per_input_byte = 0.06  # the 20 shared replays: 10.6 MB of .slp → 0.63 MB of frames (0.069 synthetic)
     needs_input = False
+    license = SourceLicense(
+        hub_id="unknown",
+        terms="unknown: check the source. Slippi replays (.slp) from --input or from the hub dataset --download "
+              "mirrors (SlpConfig.hub_repo): each recording's terms are those of whoever recorded or published it. "
+              "Synthetic games (no --input) are made by replayforge itself and carry no third-party terms.")
 
     def plan(self) -> Plan:
         inputs, options = self.inputs, self.options

@@ -19,6 +19,7 @@ from pipelines.pokemon.dex import REPO_ROOT, SHOWDOWN_VERSION, Dex, gen_of_forma
 from pipelines.pokemon.parser import PokemonParser
 from pipelines.pokemon.pov import pov_trajectory
 from pipelines.stages import Parsed, Plan, Source, read_row, work_item
+from shards_schema.card import SourceLicense
 
 GENERATOR = REPO_ROOT / "pipelines" / "showdown" / "generate_battles.js"
 POLICIES = ("random", "heuristic", "search")
@@ -184,6 +185,11 @@ class GeneratedSource(Source):
     bounded_reads = True
     needs_input = False
     default_formats = ("gen9randombattle", "gen1ou")
+    license = SourceLicense(
+        hub_id="unknown",
+        terms="unknown: chosen by whoever publishes them. Battles played for this job by the Pokémon Showdown "
+              "simulator (smogon/pokemon-showdown, MIT license for its code) between replayforge's scripted players "
+              "or checkpoints: no third-party replay is read, and no license comes with the battles.")
     showdown: str | None = None
     _pins: dict[str, tuple[str, str]] | None = None
 

@@ -49,6 +49,7 @@ from pipelines.pokemon.parser import PokemonParser
 from pipelines.pokemon.trajectory import TrajectoryMeta, build_rows, derived_mask
 from pipelines.stages import Parsed, Plan, Source, SourceInputs, read_row
 from shards_schema import storage
+from shards_schema.card import SourceLicense
 
 HUB_REPO = "jakegrigsby/metamon-parsed-replays"
 HUB_REVISION = "v1"
@@ -306,6 +307,11 @@ class MetamonSource(Source):
 
     name = "metamon"
     parser = MetamonParser
+    license = SourceLicense(
+        hub_id="cc-by-nc-4.0",
+        terms=f"CC BY-NC 4.0, as the hub card of {HUB_REPO} gives it: Metamon's parsed replays, made by Metamon "
+              "(UT-Austin-RPL/metamon, MIT license for its code) from public Pokémon Showdown replays. Metamon files "
+              "from anywhere else: unknown, check the source.")
     shard_bytes_per_input_byte = 2.3  # the 4 shared .json.lz4 files: 45 KB → 105 KB of turns
 
     @classmethod

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from pipelines import registry
 from pipelines.cli import parse_config
 from pipelines.pokemon.observation import observation_columns
 from pipelines.pokemon.parser import PokemonParser
@@ -63,7 +64,8 @@ def run(cfg: RefeaturizeConfig, *, log=print):
                        source_revision=m.source_revision, config=config, planned_inputs=m.inputs_sha256)
     writer = ShardWriter(spec, schema=TURNS_SCHEMA, index_schema=INDEX_SCHEMA,
                          shard_size_bytes=int(cfg.shard_size_mb * BYTES_PER_MIB),
-                         index_rows=PokemonParser.index_rows, unknown_words=PokemonParser.unknown_words)
+                         index_rows=PokemonParser.index_rows, unknown_words=PokemonParser.unknown_words,
+                         license=registry.source_license(m.source))
     start = time.monotonic()
     index = source.index().to_pylist()
     quarantine = source.quarantine().to_pylist()

@@ -37,6 +37,7 @@ from pipelines.pokemon.parser import PokemonParser
 from pipelines.pokemon.spectator import spectator_trajectories
 from pipelines.stages import Parsed, Plan, Source, read_row, work_item
 from shards_schema import storage
+from shards_schema.card import SourceLicense
 
 HUB = {
     "hf-raw": ("jakegrigsby/metamon-raw-replays", "v1"),
@@ -317,6 +318,10 @@ class ShowdownJsonSource(_ReplaySource):
     """Replay JSON files under ``--input`` (a folder, file or URI); one read task per file."""
 
     name = "showdown-json"
+    license = SourceLicense(
+        hub_id="unknown",
+        terms="unknown: check the source. Pokémon Showdown replays in the JSON shape of its public replay API "
+              "(replay.pokemonshowdown.com), from wherever the files in --input came from.")
 
     def plan(self) -> Plan:
         root, revision = resolve_input(self.inputs, self.name, "main")
@@ -351,11 +356,19 @@ class _TableSource(_ReplaySource):
 class HfRawSource(_TableSource):
     __doc__ = _TableSource.__doc__
     name = "hf-raw"
+    license = SourceLicense(
+        hub_id="unknown",
+        terms=f"unknown: check the source. Public Pokémon Showdown replays as collected in the hub dataset "
+              f"{HUB['hf-raw'][0]} (Metamon's authors).")
 
 
 class PokechampSource(_TableSource):
     __doc__ = _TableSource.__doc__
     name = "pokechamp"
+    license = SourceLicense(
+        hub_id="unknown",
+        terms=f"unknown: check the source. Pokémon Showdown battle logs as collected in the hub dataset "
+              f"{HUB['pokechamp'][0]} (PokéChamp's authors).")
 
 
 def plan_row_groups(root: str, listed: list[tuple[str, int]], source: str, formats: list[str]) -> list[dict]:

@@ -28,7 +28,7 @@ from pipelines.writer import (
     WrittenKeys,
 )
 from shards_schema import storage
-from shards_schema.manifest import MANIFEST_NAME, Manifest
+from shards_schema.manifest import CARD_NAME, MANIFEST_NAME, Manifest
 from shards_schema.reader import ShardIntegrityError, open_version, sha256_file
 from shards_schema.versions import CodeVersions
 
@@ -72,7 +72,7 @@ def _files(published) -> dict[str, bytes]:
 def _whole(uri: str) -> Manifest:
     """The version's manifest, after checking that every file it names is there with its sha256."""
     manifest = Manifest.load(uri)
-    for entry in [*manifest.files, manifest.index_file, manifest.quarantine_file]:
+    for entry in [*manifest.files, manifest.index_file, manifest.quarantine_file, manifest.card]:
         assert sha256_file(storage.join(uri, entry.path)) == entry.sha256, entry.path
     return manifest
 
@@ -125,7 +125,7 @@ def test_groups_published_by_the_driver_equal_one_writer(tmp_path):
         (i, n) for i, _, n in inputs if i not in ("d.slp", "f.slp")]
     # the rewritten shard replaced the worker's under a new content name; the worker's is gone
     assert sorted(_files(published)) == sorted(
-        [MANIFEST_NAME, m.index_file.path, m.quarantine_file.path, *(f.path for f in m.files)])
+        [MANIFEST_NAME, CARD_NAME, m.index_file.path, m.quarantine_file.path, *(f.path for f in m.files)])
     assert len(published.removed) == 1 and published.removed[0].startswith("part-00000-001-00-")
 
 
@@ -150,7 +150,7 @@ def test_a_killed_run_leaves_no_version_and_the_next_run_removes_its_files(tmp_p
     published = _fill(_writer(tmp_path)).publish()
     assert not published.reused and published.removed == [left]
     assert sorted(_files(published)) == sorted(
-        [MANIFEST_NAME, *(f.path for f in published.manifest.files), published.manifest.index_file.path,
+        [MANIFEST_NAME, CARD_NAME, *(f.path for f in published.manifest.files), published.manifest.index_file.path,
          published.manifest.quarantine_file.path])
 
 
@@ -190,7 +190,8 @@ def test_a_racing_run_with_other_contents_is_a_conflict_and_leaves_the_version_w
         second.publish()
     manifest = _whole(first.spec.uri)
     assert sorted(storage.relative(u, first.spec.uri) for u in storage.list_files(first.spec.uri)) == sorted(
-        [MANIFEST_NAME, *(f.path for f in manifest.files), manifest.index_file.path, manifest.quarantine_file.path])
+        [MANIFEST_NAME, CARD_NAME, *(f.path for f in manifest.files), manifest.index_file.path,
+         manifest.quarantine_file.path])
 
 
 def test_inputs_changed_in_place_are_a_conflict_that_says_so(tmp_path):
