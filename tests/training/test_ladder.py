@@ -113,3 +113,16 @@ def test_a_gauntlet_leaves_out_only_the_checkpoint_pairs():
     assert len(pairings(everyone, 5)) == 10
     gauntlet = dataclasses.replace(everyone, checkpoints_meet=False)
     assert pairings(gauntlet, 5) == [(0, 1), (0, 2), (0, 3), (0, 4), (1, 2), (1, 3), (1, 4)]
+
+
+def test_a_gauntlets_tables_and_figure_leave_the_unplayed_pairs_blank():
+    from training.pokemon.ladder import Entrant, _plot, matrix_rows, print_tables
+
+    entrants = [Entrant(name, None) for name in ("RandomPlayer", "runs/a/policy", "runs/b/policy")]
+    matches = [{"format": "gen9randombattle", "player_a": "RandomPlayer", "player_b": name, "battles": 10,
+                "wins_a": 1, "wins_b": 9, "ties": 0} for name in ("runs/a/policy", "runs/b/policy")]
+    lines = []
+    print_tables(matrix_rows(matches, entrants), [], entrants, ["gen9randombattle"], log=lines.append)
+    [row_a] = [line for line in lines if line.startswith("runs/a/policy")]
+    assert row_a.split()[-1] == "·" and "90.0% [60%, 98%]" in row_a
+    assert _plot(matrix_rows(matches, entrants), entrants, ["gen9randombattle"]).startswith(b"\x89PNG")

@@ -397,8 +397,9 @@ def _plot(matrix: list[dict], entrants: list[Entrant], formats: list[str]) -> by
     return sweeps.png_bytes(fig)
 
 
-def _cell(m: dict) -> str:
-    return f"{m['win_rate']:.1%} [{m['ci_low']:.0%}, {m['ci_high']:.0%}]"
+def _cell(m: dict | None) -> str:
+    """A pair's win rate and interval; ``·`` for a pair that did not play (two checkpoints in a gauntlet)."""
+    return f"{m['win_rate']:.1%} [{m['ci_low']:.0%}, {m['ci_high']:.0%}]" if m else "·"
 
 
 def print_tables(matrix: list[dict], elo: list[dict], entrants: list[Entrant], formats: list[str], log=print) -> None:
@@ -406,10 +407,10 @@ def print_tables(matrix: list[dict], elo: list[dict], entrants: list[Entrant], f
     width = max(22, *(len(n) for n in names)) + 1
     for fmt in formats:
         log(f"\n{fmt}: row's win rate vs column [95% Wilson interval]")
-        log(" " * width + "".join(f"{n[:22]:>24s}" for n in names))
+        log(" " * width + "".join(f"{n[-22:]:>24s}" for n in names))  # a checkpoint path keeps its end
         cells = {(m["row"], m["column"]): m for m in matrix if m["format"] == fmt}
         for r in names:
-            line = "".join(f"{'—':>24s}" if r == c else _cell(cells[r, c]).rjust(24) for c in names)
+            line = "".join(f"{'—':>24s}" if r == c else _cell(cells.get((r, c))).rjust(24) for c in names)
             log(f"{r:{width}s}{line}")
     log(f"\n{'format':18s} {'player':{width}s} {'battles':>7s} {'Elo':>6s}  95% interval")
     for row in elo:
