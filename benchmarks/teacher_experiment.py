@@ -12,7 +12,8 @@ An arm is ``name=objective@version[+version...]``: the policy trains on both sid
 with one CPU and one torch thread, with a validation share for imitation accuracy. The ladder (``--checkpoints-meet``
 off: each checkpoint meets the bots, not the other checkpoints) gives every seed's win rate with its Wilson interval;
 ``runs.csv`` has one row per run (arm, seed, training seconds, validation accuracy, win rate and interval per
-opponent) and ``arms.csv`` one per arm (the seeds' mean, their range, and the pooled battles' interval).
+opponent) and ``arms.csv`` one per arm (the seeds' mean, their range, and the pooled battles' interval). A run that
+already holds its last step's checkpoint under ``--out`` is not trained again, only rated (its seconds left empty).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelines.cli import command_config
+from training.checkpoints import read_checkpoint
+from training.loop import latest_checkpoint
 from training.pokemon import ladder
 from training.pokemon.evaluate import wilson_interval
 from tune import sweeps
@@ -91,10 +94,20 @@ def parse_arm(text: str) -> tuple[str, str, list[str]]:
     return name, objective, versions.split("+")
 
 
+def finished(run: Path, steps: int) -> bool:
+    """Whether ``run`` already holds a checkpoint of its last step (an experiment run again reuses it)."""
+    newest = latest_checkpoint(run)
+    return newest is not None and read_checkpoint(newest).step >= steps
+
+
 def train_one(cfg: ExperimentConfig, arm: str, seed: int) -> dict:
-    """One run of the trainer as its own process; (arm, seed, run folder, seconds, last validation accuracy)."""
+    """One run of the trainer as its own process; (arm, seed, run folder, seconds, last validation accuracy).
+    A run already finished under ``out`` is reused: its seconds are left empty."""
     name, objective, versions = parse_arm(arm)
     run = Path(cfg.out) / f"{name}-seed{seed}"
+    row = {"arm": name, "objective": objective, "versions": " ".join(versions), "seed": seed, "run": str(run)}
+    if finished(run, cfg.steps):
+        return {**row, "train_s": None, "val_accuracy": last_validation(run)}
     argv = [sys.executable, str(TRAINER), "--shards", versions[0], *(["--extra-shards", *versions[1:]]
                                                                       if versions[1:] else []),
             "--out", str(run), "--objective", objective, "--preset", cfg.preset, "--d-model", str(cfg.d_model),
@@ -106,8 +119,7 @@ def train_one(cfg: ExperimentConfig, arm: str, seed: int) -> dict:
     start = time.monotonic()
     with open(Path(cfg.out) / f"{name}-seed{seed}.log", "w") as log:
         subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=True)
-    return {"arm": name, "objective": objective, "versions": " ".join(versions), "seed": seed, "run": str(run),
-            "train_s": round(time.monotonic() - start, 1), "val_accuracy": last_validation(run)}
+    return {**row, "train_s": round(time.monotonic() - start, 1), "val_accuracy": last_validation(run)}
 
 
 def last_validation(run: Path) -> float | None:
@@ -159,8 +171,8 @@ def main(argv: list[str] | None = None) -> None:
     with ThreadPoolExecutor(cfg.parallel) as pool:
         runs = list(pool.map(lambda job: train_one(cfg, *job), jobs))
     for r in runs:
-        print(f"[experiment] {r['arm']} seed {r['seed']}: {r['train_s']:.0f} s, validation accuracy "
-              f"{r['val_accuracy']}")
+        took = f"{r['train_s']:.0f} s" if r["train_s"] is not None else "finished before, reused"
+        print(f"[experiment] {r['arm']} seed {r['seed']}: {took}, validation accuracy {r['val_accuracy']}")
     result = ladder.run(ladder.LadderConfig(
         out=str(Path(cfg.out) / "ladder"), port=cfg.port, checkpoints=[r["run"] for r in runs],
         players=list(cfg.ladder_players), battles_per_pair=cfg.ladder_battles, formats=list(cfg.formats),
