@@ -6,8 +6,13 @@ offline-RL policy's turn transformer for Pokémon, a frame MLP for Melee) and th
 (``opponent``, the same width, with a validity mask). The strategy encoder (a transformer over those N) is
 attention-pooled to ``num_latents`` latent vectors; the observation features attend to them (cross-attention), then
 an LSTM carries memory across steps, reset wherever an episode starts. Both additions enter as residuals whose last
-projections start at zero, so a policy started from an offline-RL checkpoint acts exactly as that checkpoint at step
-0 (``tests/models/test_ppo_policy.py`` checks it).
+projections start at zero.
+
+A fine-tune's policy (``prior``) adds its actor's logits to per-step prior logits: the logits of the policy it
+starts from, whatever that policy's head reads (the Pokémon slot head also reads each action's own words), computed
+by the environment and recorded in the rollout. Its actor starts at zero, so at step 0 it chooses exactly as the
+starting policy (``tests/models/test_ppo_policy.py`` checks it), and PPO moves it away by training the actor and the
+trunk under it.
 
 Plain ``nn.Module``s, no I/O; ``step`` runs one time step for rollouts and equals ``forward`` over a sequence.
 """
@@ -33,6 +38,8 @@ class RecurrentPolicyConfig:
         strategy_heads: attention heads of the strategy encoder, the pooling and the cross-attention.
         num_latents: latent vectors the opponent's observations are pooled into.
         d_lstm: LSTM hidden width.
+        prior: the logits are prior logits given with every step (``forward``'s ``prior``: a starting policy's) plus
+            the actor's, which starts at zero; False: the actor's alone (from scratch).
     """
 
     d_obs: int
@@ -43,6 +50,7 @@ class RecurrentPolicyConfig:
     strategy_heads: int = 4
     num_latents: int = 4
     d_lstm: int = 128
+    prior: bool = False
 
     def __post_init__(self):
         if self.d_strategy % self.strategy_heads or self.d_obs % self.strategy_heads:
@@ -112,6 +120,9 @@ class RecurrentPolicy(nn.Module):
         nn.init.zeros_(self.lstm_out.weight)  # memory starts as a no-op residual (see the module docstring)
         nn.init.zeros_(self.lstm_out.bias)
         self.actor = nn.Linear(cfg.d_obs, cfg.num_actions)
+        if cfg.prior:  # the prior alone at step 0 (see the module docstring)
+            nn.init.zeros_(self.actor.weight)
+            nn.init.zeros_(self.actor.bias)
         self.critic = nn.Sequential(nn.Linear(cfg.d_obs, cfg.d_obs), nn.Tanh(), nn.Linear(cfg.d_obs, 1))
 
     def initial_state(self, batch: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -127,15 +138,22 @@ class RecurrentPolicy(nn.Module):
         attended, _ = self.cross(query, latents, latents, need_weights=False)  # (B·T, 1, d_obs)
         return obs + torch.tanh(self.cross_gate) * attended.reshape(b, t, d)
 
-    def heads(self, x: torch.Tensor, legal: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return mask_illegal(self.actor(x), legal), self.critic(x).squeeze(-1)
+    def heads(self, x: torch.Tensor, legal: torch.Tensor,
+              prior: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.actor(x) if prior is None else prior.to(x.dtype) + self.actor(x)
+        return mask_illegal(logits, legal), self.critic(x).squeeze(-1)
 
     def forward(self, obs: torch.Tensor, opponent: torch.Tensor, opponent_valid: torch.Tensor,
                 episode_start: torch.Tensor, legal: torch.Tensor,
-                state: tuple[torch.Tensor, torch.Tensor] | None = None) -> PolicyStep:
+                state: tuple[torch.Tensor, torch.Tensor] | None = None,
+                prior: torch.Tensor | None = None) -> PolicyStep:
         """obs (B, T, d_obs), opponent (B, T, N, d_obs), opponent_valid (B, T, N) bool, episode_start (B, T) bool
         (the LSTM state is zeroed before such a step), legal (B, T, A) bool, state: (h, c) before the first step
-        (zeros when None)."""
+        (zeros when None), prior (B, T, A): the starting policy's logits, before any mask (exactly where
+        ``cfg.prior``)."""
+        if (prior is not None) != self.cfg.prior:
+            raise ValueError("this policy's logits are a residual on prior logits: pass forward's prior"
+                             if self.cfg.prior else "this policy reads no prior logits (cfg.prior is False)")
         b, t, _ = obs.shape
         x = self.conditioned(obs, opponent, opponent_valid)
         h, c = state if state is not None else self.initial_state(b, obs.device)
@@ -145,24 +163,13 @@ class RecurrentPolicy(nn.Module):
             h, c = self.lstm(x[:, i], (h * keep, c * keep))
             outputs.append(h)
         memory = self.lstm_out(torch.stack(outputs, 1))  # (B, T, d_obs)
-        logits, values = self.heads(x + memory, legal)
+        logits, values = self.heads(x + memory, legal, prior)
         return PolicyStep(logits=logits, values=values, state=(h, c))
 
     def step(self, obs: torch.Tensor, opponent: torch.Tensor, opponent_valid: torch.Tensor,
              episode_start: torch.Tensor, legal: torch.Tensor,
-             state: tuple[torch.Tensor, torch.Tensor]) -> PolicyStep:
+             state: tuple[torch.Tensor, torch.Tensor], prior: torch.Tensor | None = None) -> PolicyStep:
         """One time step for rollouts: obs (B, d_obs), opponent (B, N, d_obs), opponent_valid (B, N),
-        episode_start (B,), legal (B, A); outputs with T = 1."""
+        episode_start (B,), legal (B, A), prior (B, A) or None; outputs with T = 1."""
         return self.forward(obs[:, None], opponent[:, None], opponent_valid[:, None], episode_start[:, None],
-                            legal[:, None], state)
-
-    @classmethod
-    def on_top_of(cls, cfg: RecurrentPolicyConfig, actor: nn.Linear) -> RecurrentPolicy:
-        """A policy whose actor starts as ``actor`` (an offline-RL policy's head over the same features): with the
-        zero-started residuals it chooses exactly as that policy at step 0."""
-        if (actor.in_features, actor.out_features) != (cfg.d_obs, cfg.num_actions):
-            raise ValueError(f"the actor maps {actor.in_features} → {actor.out_features}, the policy "
-                             f"{cfg.d_obs} → {cfg.num_actions}")
-        policy = cls(cfg)
-        policy.actor.load_state_dict(actor.state_dict())
-        return policy
+                            legal[:, None], state, None if prior is None else prior[:, None])

@@ -1,7 +1,9 @@
 """PPO's learner side: the hyperparameters (one shared set; ``test`` and ``full`` differ only in length and cadence),
 the rollout a learner trains on, and one update over it in minibatches of whole sequences. An environment may train
 its observation encoder beside the policy (``TrainableEncoder``): the rollout then carries each step's raw inputs and
-the update recomputes the observations from them with gradients.
+the update recomputes the observations from them with gradients. A fine-tune's rollout carries each step's prior
+logits (the starting policy's, ``models/ppo_policy.RecurrentPolicyConfig.prior``): the policy adds its own to them,
+and they are the reference policy of ``PPOConfig.reference_kl``.
 
 A ``Rollout`` holds only the learning agent's own steps: an environment runner records the agent's observations,
 actions and rewards and never the opponent's, so the learner cannot train on the opponent's transitions (the opponent
@@ -42,7 +44,7 @@ class PPOConfig:
         grad_clip: largest gradient norm.
         target_kl: stop an update's epochs early once the approximate KL passes it (None: never).
         reference_kl: weight of KL(π ‖ π_ref), the policy's distance from a reference policy (a fine-tune's
-            starting policy; 0: no penalty). Needs a reference (``update``'s ``reference``).
+            starting policy, whose logits are the rollout's ``prior``; 0: no penalty). Needs a rollout with a prior.
         critic_warmup: updates at the run's start that train the critic only: the policy keeps its starting
             weights while the value head, fresh in a fine-tune, learns the returns its advantages come from.
         checkpoint_every: updates between checkpoints.
@@ -119,6 +121,8 @@ class Rollout:
         inputs: the raw inputs each step's observations were encoded from, each (T, N, ...), for a
             ``TrainableEncoder`` to recompute ``obs``, ``opponent`` and ``opponent_valid`` from; None: a frozen
             encoder (the recorded observations are trained on).
+        prior: (T, N, A) the starting policy's logits at each step, before the legal mask, which a ``prior``
+            policy adds its own to (a fine-tune; zeros on padding); None: a policy without a prior.
     """
 
     obs: torch.Tensor
@@ -136,6 +140,7 @@ class Rollout:
     states: tuple[torch.Tensor, torch.Tensor]
     mask: torch.Tensor | None = None
     inputs: dict[str, torch.Tensor] | None = None
+    prior: torch.Tensor | None = None
 
 
 @dataclass
@@ -184,18 +189,21 @@ INPUT = "input_"
 """Prefix of a rollout's raw inputs among a minibatch's fields (``training_sequences``)."""
 
 
-def sequence_loss(policy, chunk: dict, cfg: PPOConfig, reference=None, train_policy: bool = True, encoder=None):
-    """(loss, parts) of a minibatch of sequences (each ``(B, seq_len, ...)`` from ``sequences``). ``reference``: a
-    module mapping observations to a reference policy's logits (KL penalty and agreement; it reads the recorded
-    observations); ``train_policy`` False: the value loss alone (``PPOConfig.critic_warmup``); ``encoder``: a
-    ``TrainableEncoder.module`` recomputing the observations from the chunk's inputs (with gradients only where the
-    policy trains: during the critic warm-up the encoder stays as it is)."""
+def sequence_loss(policy, chunk: dict, cfg: PPOConfig, train_policy: bool = True, encoder=None):
+    """(loss, parts) of a minibatch of sequences (each ``(B, seq_len, ...)`` from ``sequences``). A chunk with
+    ``prior`` logits (a fine-tune) gives them to the policy and takes them as the reference policy: its KL (the
+    ``cfg.reference_kl`` penalty) and agreement are logged; ``train_policy`` False: the value loss alone
+    (``PPOConfig.critic_warmup``); ``encoder``: a ``TrainableEncoder.module`` recomputing the observations from the
+    chunk's inputs (with gradients only where the policy trains: during the critic warm-up the encoder stays as it
+    is)."""
     obs, opponent, opponent_valid = chunk["obs"], chunk["opponent"], chunk["opponent_valid"]
     if encoder is not None:
         inputs = {k.removeprefix(INPUT): v for k, v in chunk.items() if k.startswith(INPUT)}
         with torch.set_grad_enabled(train_policy and torch.is_grad_enabled()):
             obs, opponent, opponent_valid = encoder(**inputs)
-    out = policy(obs, opponent, opponent_valid, chunk["episode_start"], chunk["legal"], (chunk["h0"], chunk["c0"]))
+    prior = chunk.get("prior")
+    out = policy(obs, opponent, opponent_valid, chunk["episode_start"], chunk["legal"], (chunk["h0"], chunk["c0"]),
+                 prior)
     mask = chunk["mask"]  # padding steps reach no loss
     log_probs = torch.log_softmax(out.logits.float(), dim=-1)
     logp = log_probs.gather(-1, chunk["actions"].clamp(min=0)[..., None]).squeeze(-1)
@@ -207,9 +215,8 @@ def sequence_loss(policy, chunk: dict, cfg: PPOConfig, reference=None, train_pol
              "approx_kl": P.approx_kl(logp.detach(), chunk["logp"], mask),
              "clip_fraction": P.clip_fraction(logp.detach(), chunk["logp"], cfg.clip, mask)}
     policy_terms = actor - cfg.entropy_weight * entropy
-    if reference is not None:
-        with torch.no_grad():
-            reference_logits = mask_illegal(reference(chunk["obs"]), chunk["legal"])
+    if prior is not None:
+        reference_logits = mask_illegal(prior, chunk["legal"])
         parts["reference_kl"] = P.reference_kl(out.logits, reference_logits, mask)
         parts["reference_agreement"] = P.agreement(out.logits.detach(), reference_logits, mask)
         policy_terms = policy_terms + cfg.reference_kl * parts["reference_kl"]
@@ -226,6 +233,8 @@ def training_sequences(rollout: Rollout, cfg: PPOConfig) -> dict[str, torch.Tens
               "legal": rollout.legal, "episode_start": rollout.episode_start, "actions": rollout.actions,
               "logp": rollout.logp, "values": rollout.values, "advantages": advantages, "returns": returns,
               "mask": rollout.mask if rollout.mask is not None else torch.ones_like(rollout.actions, dtype=torch.bool)}
+    if rollout.prior is not None:
+        fields["prior"] = rollout.prior
     fields.update({INPUT + k: v for k, v in (rollout.inputs or {}).items()})
     chunks = {k: sequences(v, cfg.seq_len) for k, v in fields.items()}
     chunks["h0"], chunks["c0"] = (sequences(s, cfg.seq_len)[:, 0] for s in rollout.states)
@@ -233,16 +242,18 @@ def training_sequences(rollout: Rollout, cfg: PPOConfig) -> dict[str, torch.Tens
 
 
 def update(learner, rollout: Rollout, cfg: PPOConfig, update_index: int, generator: torch.Generator,
-           reference=None, encoder: TrainableEncoder | None = None) -> dict:
+           encoder: TrainableEncoder | None = None) -> dict:
     """One PPO update on a rollout: GAE, then ``epochs`` passes of minibatches of whole sequences through
     ``learner.step`` (a ``training/fit.Learner``), the learning rate annealed for ``update_index``; the critic
-    alone during the first ``cfg.critic_warmup`` updates. ``reference``: the frozen module giving the reference
-    policy's logits from observations (``cfg.reference_kl``); ``encoder``: the observation encoder trained beside
-    the policy (the rollout carries its ``inputs``), stepped after each of the policy's steps. Returns the last
-    epoch's mean of each logged part and the epochs run."""
+    alone during the first ``cfg.critic_warmup`` updates; the rollout's ``prior`` logits are the reference policy
+    (``cfg.reference_kl``). ``encoder``: the observation encoder trained beside the policy (the rollout carries its
+    ``inputs``), stepped after each of the policy's steps. Returns the last epoch's mean of each logged part and the
+    epochs run."""
     if encoder is not None and rollout.inputs is None:
         raise ValueError("a trainable encoder needs the rollout's inputs (Rollout.inputs): the runners must record "
                          "them")
+    if cfg.reference_kl and rollout.prior is None:
+        raise ValueError("--reference-kl needs the starting policy's logits (Rollout.prior): a fine-tune's rollout")
     train_policy = update_index >= cfg.critic_warmup
     trainable = [p for p in learner.module.parameters() if p.requires_grad]
     if not train_policy:
@@ -252,14 +263,14 @@ def update(learner, rollout: Rollout, cfg: PPOConfig, update_index: int, generat
         learner.module.critic.requires_grad_(True)
     try:
         return _epochs(learner, training_sequences(rollout, cfg), rollout.obs.shape, cfg, update_index, generator,
-                       reference, train_policy, encoder)
+                       train_policy, encoder)
     finally:
         for p in trainable:
             p.requires_grad_(True)
 
 
-def _epochs(learner, chunks: dict, shape, cfg: PPOConfig, update_index: int, generator, reference,
-            train_policy: bool, encoder: TrainableEncoder | None = None) -> dict:
+def _epochs(learner, chunks: dict, shape, cfg: PPOConfig, update_index: int, generator, train_policy: bool,
+            encoder: TrainableEncoder | None = None) -> dict:
     for group in learner.optimizer.param_groups:
         group["lr"] = P.annealed_lr(cfg.lr, update_index, cfg.updates, cfg.final_lr_share)
     if encoder is not None:
@@ -277,8 +288,7 @@ def _epochs(learner, chunks: dict, shape, cfg: PPOConfig, update_index: int, gen
         for ids in batches:
             if encoder is not None:  # the learner zeroes its own gradients only; its backward fills the encoder's
                 encoder.optimizer.zero_grad(set_to_none=True)
-            parts = learner.step(lambda model, batch: sequence_loss(model, batch, cfg, reference, train_policy,
-                                                                    module),
+            parts = learner.step(lambda model, batch: sequence_loss(model, batch, cfg, train_policy, module),
                                  {k: v[ids] for k, v in chunks.items()})
             if encoder is not None:  # the norm before clipping; 0 in the critic warm-up, which leaves it as it is
                 norm = torch.zeros(())

@@ -112,21 +112,19 @@ def train_loop_per_worker(config: dict) -> None:
     cfg = SelfPlayConfig(**config["cfg"])
     env = cfg.environment()
     rank, world, device, cuda = start_worker(cfg, "selfplay")
+    start, _ = worker_checkpoint(config, device, env.kind)
+    if start is not None:  # first: what the environment restores (its encoder, a prior or none) shapes the policy
+        env.restore(start.extra)
     ppo, policy_cfg = cfg.ppo(env.num_envs), env.policy_config()
     torch.manual_seed(cfg.seed)
     policy = RecurrentPolicy(policy_cfg)
     env.start_policy(policy)
     learner = Learner(policy, lr=ppo.lr, weight_decay=0.0, grad_clip=ppo.grad_clip, device=device)
     first_update, league_state = 0, None
-    start, _ = worker_checkpoint(config, device, env.kind)
     if start is not None:
         learner.load({"model": start.model, "optimizer": start.optimizer}, optimizer=True)
         set_rng_state(start.rng[0])
         first_update, league_state = start.step, start.extra["league"]
-        env.restore(start.extra)
-    reference = env.reference_policy()
-    if reference is not None:
-        reference = reference.to(device)
     trainable = getattr(env, "trainable_encoder", None)  # optional hook (training/selfplay_base.py)
     encoder = trainable(device, ppo) if trainable is not None else None
     generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + first_update)
@@ -142,13 +140,13 @@ def train_loop_per_worker(config: dict) -> None:
     runners = env.runners(policy_cfg, first_update, draw, weights_of)
     try:
         _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_update, generator, rank, world,
-               reference, encoder)
+               encoder)
     finally:
         env.close(runners)
 
 
 def _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_update, generator, rank, world,
-           reference, encoder=None):
+           encoder=None):
     """The updates: weights out to the runners, their rollouts in, one PPO update, the league told, metrics and
     checkpoints written."""
     import ray  # not at the top: the driver imports this module before init_local_ray (pipelines/ray_start.py)
@@ -167,7 +165,7 @@ def _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_up
         rollout, episodes = env.collect(runners, ref, ppo)
         collect_s = time.monotonic() - t0
         steps_taken = int(rollout.mask.sum()) if rollout.mask is not None else rollout.actions.numel()
-        metrics = update(learner, rollout, ppo, u, generator, reference, encoder)
+        metrics = update(learner, rollout, ppo, u, generator, encoder)
         collected = getattr(env, "collect_metrics", dict)()  # optional hook (training/selfplay_base.py)
         league.record.remote([(e.opponent.name, e.score) for e in episodes])
         done = u + 1

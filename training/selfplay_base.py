@@ -7,9 +7,11 @@ its own fields; the registry (``training/selfplay_envs.py``) joins the games' co
 ``SelfPlayConfig``; the core (``training/selfplay.py``) reaches the games through the registry only, so no game
 module imports the core.
 
-An environment's methods the core calls: ``policy_config``, ``start_policy``, ``reference_policy``, ``extra``,
-``restore``, ``league_config``, ``identity``, ``runners``, ``collect``, ``close``, and ``config_problem``,
-``reward_terms``, ``knockout_term``, ``kind``, ``num_envs``. Two are optional (``OPTIONAL_HOOKS``), absent where an
+An environment's methods the core calls: ``policy_config``, ``start_policy``, ``extra``, ``restore`` (on resume,
+before ``policy_config``), ``league_config``, ``identity``, ``runners``, ``collect``, ``close``, and
+``config_problem``, ``reward_terms``, ``knockout_term``, ``kind``, ``num_envs``. A fine-tune's rollouts carry its
+starting policy's logits (``Rollout.prior``, for a policy with ``RecurrentPolicyConfig.prior``): they are the
+reference policy of ``reference_kl``. Two are optional (``OPTIONAL_HOOKS``), absent where an
 environment has no use for them: ``trainable_encoder(device, ppo)`` → a ``training/ppo.TrainableEncoder`` or None
 (an observation encoder trained beside the policy; its rollouts then carry ``Rollout.inputs``), and
 ``collect_metrics()`` → what the last ``collect`` adds to the update's metrics line (the same keys every update).
@@ -79,7 +81,7 @@ class SelfPlayCoreConfig:
         strong_share: share of games against the strong scripted opponents.
         weak_share: share of games against the weak scripted opponent.
         reference_kl: weight of the KL penalty that keeps the policy near the policy it started from (0: none);
-            only where the environment starts from one (its ``reference_policy``).
+            only where the environment starts from one (its rollouts carry that policy's logits, ``Rollout.prior``).
         critic_warmup: updates at the start that train the critic alone, the policy kept as it started (a
             fine-tune's value head starts untrained, and its first advantages are noise).
         seed: seed of the policy, the runners and the league's draws.

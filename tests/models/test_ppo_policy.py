@@ -1,8 +1,12 @@
 """The self-play policy: step-by-step equals the sequence pass, the LSTM forgets at episode starts, a policy started
-on an offline-RL policy's head chooses exactly as it at step 0, and no opponent history stays finite."""
+on an offline-RL policy's logits (its prior, either head) chooses exactly as it at step 0, and no opponent history
+stays finite."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 import torch
 
 from models.ppo_policy import RecurrentPolicy, RecurrentPolicyConfig
@@ -33,14 +37,20 @@ def _live(policy: RecurrentPolicy) -> RecurrentPolicy:
     return policy.eval()
 
 
-def test_step_by_step_equals_the_sequence_pass():
+@pytest.mark.parametrize("with_prior", [False, True])
+def test_step_by_step_equals_the_sequence_pass(with_prior):
     torch.manual_seed(0)
-    policy = _live(RecurrentPolicy(CFG))
+    policy = _live(RecurrentPolicy(dataclasses.replace(CFG, prior=with_prior)))
     obs, opponent, valid, start, legal = _inputs()
-    whole = policy(obs, opponent, valid, start, legal)
+    prior = None
+    if with_prior:
+        torch.nn.init.normal_(policy.actor.weight.data)  # moved off zero, so the actor's share shows
+        prior = torch.randn(3, 6, CFG.num_actions)
+    whole = policy(obs, opponent, valid, start, legal, prior=prior)
     state = policy.initial_state(3)
     for t in range(obs.shape[1]):
-        out = policy.step(obs[:, t], opponent[:, t], valid[:, t], start[:, t], legal[:, t], state)
+        out = policy.step(obs[:, t], opponent[:, t], valid[:, t], start[:, t], legal[:, t], state,
+                          None if prior is None else prior[:, t])
         state = out.state
         torch.testing.assert_close(out.logits[:, 0], whole.logits[:, t])
         torch.testing.assert_close(out.values[:, 0], whole.values[:, t])
@@ -59,14 +69,18 @@ def test_the_lstm_forgets_everything_before_an_episode_start():
     assert not torch.allclose(a.values[1, :3], b.values[1, :3])  # before it: the change is seen
 
 
-def test_started_on_an_offline_rl_policy_it_chooses_as_that_policy():
+@pytest.mark.parametrize("action_head", ["linear", "slots"])
+def test_started_on_an_offline_rl_policy_it_chooses_as_that_policy(action_head):
+    """A ``prior`` policy's logits are the offline-RL policy's at step 0, whatever its head reads (the slot head also
+    reads each action's own words), with the LSTM and the cross-attention live; once its actor moves, they differ."""
     from models.pokemon_policy import PokemonPolicy, PolicyConfig
+    from training.pokemon.selfplay_player import starting_logits
 
     torch.manual_seed(0)
-    bc = PokemonPolicy(PolicyConfig.preset("tiny", 100)).eval()
+    bc = PokemonPolicy(PolicyConfig.preset("tiny", 100, action_head=action_head)).eval()
     cfg = RecurrentPolicyConfig(d_obs=bc.cfg.d_model, num_actions=9, opponent_window=4, d_strategy=16,
-                                strategy_heads=2, d_lstm=16)
-    policy = RecurrentPolicy.on_top_of(cfg, bc.actor).eval()
+                                strategy_heads=2, d_lstm=16, prior=True)
+    policy = _live(RecurrentPolicy(cfg))
     g = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, 100, (2, 7, 87), generator=g)
     numeric = torch.rand(2, 7, OBS_NUMERIC, generator=g)
@@ -75,12 +89,23 @@ def test_started_on_an_offline_rl_policy_it_chooses_as_that_policy():
     valid = torch.ones(2, 7, dtype=torch.bool)
     with torch.no_grad():
         features = bc.features(tokens, numeric, valid)
+        prior = starting_logits(bc, tokens, numeric, features)
         opponent = torch.randn(2, 7, 4, cfg.d_obs, generator=g)
         start = torch.zeros(2, 7, dtype=torch.bool)
         start[:, 0] = True
-        ours = policy(features, opponent, torch.ones(2, 7, 4, dtype=torch.bool), start, legal)
+        ours = policy(features, opponent, torch.ones(2, 7, 4, dtype=torch.bool), start, legal, prior=prior)
         theirs = bc(tokens, numeric, legal, valid)
-    torch.testing.assert_close(ours.logits, theirs.logits)
+        torch.testing.assert_close(ours.logits, theirs.logits, rtol=0, atol=0)
+        torch.testing.assert_close(starting_logits(bc, tokens, numeric), prior)  # features computed there: the same
+        policy.actor.bias[3] = 1.0  # PPO moves the actor: the policy moves away from the prior
+        moved = policy(features, opponent, torch.ones(2, 7, 4, dtype=torch.bool), start, legal, prior=prior)
+    assert not torch.equal(moved.logits[legal], theirs.logits[legal])
+    if action_head == "slots":  # the slot scores are part of the prior: the linear read alone is another policy
+        assert not torch.allclose(bc.actor(features), prior)
+    with pytest.raises(ValueError, match="pass forward's prior"):
+        policy(features, opponent, torch.ones(2, 7, 4, dtype=torch.bool), start, legal)
+    with pytest.raises(ValueError, match="reads no prior"):
+        RecurrentPolicy(CFG)(*_inputs(), prior=torch.zeros(3, 6, 9))
 
 
 def test_no_opponent_history_yet_is_finite_and_zero_latents():

@@ -1,5 +1,6 @@
 """Self-play in real Pokémon battles: the learner's player on a runner's own local Showdown server records only its
-own decisions, starts on the offline-RL policy's choices, and its battles become a masked rollout that trains."""
+own decisions, starts on the offline-RL policy's choices (linear or slot head: its logits are the policy's prior),
+and its battles become a masked rollout that trains; a fine-tune resumes exactly and its checkpoint plays."""
 
 from __future__ import annotations
 
@@ -20,6 +21,39 @@ def bc_policy():
 
     torch.manual_seed(0)
     return PokemonPolicy(PolicyConfig.preset("tiny", len(vocabulary()))).eval()
+
+
+@pytest.fixture(scope="module")
+def slot_checkpoint(tiny_generated, tmp_path_factory):
+    """A tiny offline-RL checkpoint trained with the slot action head (4 steps on the simulator's battles), as
+    ``training/pokemon/offline_rl.py --action-head slots`` writes it: self-play fine-tunes the strongest policies."""
+    from training.loop import latest_checkpoint
+    from training.pokemon.offline_rl import TrainConfig, run
+
+    _, published, _ = tiny_generated
+    out = tmp_path_factory.mktemp("slots")
+    result = run(TrainConfig.tiny(shards=str(published.path), out=str(out), steps=4, checkpoint_every=4,
+                                  action_head="slots"))
+    assert result.error is None
+    return str(latest_checkpoint(out))
+
+
+def _slot_checkpoint_untrained(folder: Path) -> str:
+    """A tiny slot-head offline-RL checkpoint as initialised (no simulator needed): the pure tests' starting policy."""
+    from models.pokemon_policy import PokemonPolicy, PolicyConfig
+    from pipelines.pokemon.observation import vocabulary
+    from training.checkpoints import live_identity, payload
+    from training.pokemon.offline_rl import TrainConfig
+    from training.registry import POKEMON_OBSERVATION
+
+    torch.manual_seed(1)
+    model = PokemonPolicy(PolicyConfig.preset("tiny", len(vocabulary()), action_head="slots"))
+    folder.mkdir()
+    state = payload(kind="pokemon_policy", model_config=model.cfg,
+                    train_config=TrainConfig.tiny(shards="s", out="o", action_head="slots"), step=1,
+                    data=live_identity(POKEMON_OBSERVATION), model=model, optimizer=None)
+    torch.save({**state, "rng": []}, folder / "state.pt")
+    return str(folder)
 
 
 def _team(own_hp=1.0, opponent_hp=1.0, own_fainted=0, opponent_fainted=0):
@@ -144,17 +178,20 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
-def test_a_trained_encoder_changes_and_resumes_exactly(tmp_path, one_torch_thread):
+@pytest.mark.parametrize("start", ["scratch", "slots"])
+def test_a_trained_encoder_changes_and_resumes_exactly(start, tmp_path, one_torch_thread):
     """--encoder-lr: battles recorded through the learner's own ``select`` (with their encoder windows) train the
     encoder; the learner's recomputed features are the ones the player acted on (KL 0 on the first pass); a run
     stopped after 2 updates and resumed from its checkpointed state (encoder, its optimizer, the policy and its
     optimizer, through ``weights_only``) ends with the uninterrupted run's weights, and evaluation's player reads
-    the trained encoder."""
+    the trained encoder. From scratch, and fine-tuning a slot-head checkpoint: there the prior comes from the
+    starting policy's frozen copy, which the checkpoint keeps unchanged beside the trained encoder, the first pass
+    agrees with it everywhere, and evaluation's player gets it."""
     import io
     from types import SimpleNamespace
 
     from models.ppo_policy import RecurrentPolicy
-    from training.checkpoints import live_identity, payload
+    from training.checkpoints import live_identity, payload, read_checkpoint
     from training.fit import Learner
     from training.pokemon.players import load_player
     from training.pokemon.selfplay import PokemonSelfPlay, RecordedBattle, battles_to_rollout
@@ -163,15 +200,17 @@ def test_a_trained_encoder_changes_and_resumes_exactly(tmp_path, one_torch_threa
     from training.registry import POKEMON_OBSERVATION
     from training.selfplay import SelfPlayConfig
 
+    init = {} if start == "scratch" else {"policy_init": _slot_checkpoint_untrained(tmp_path / "bc")}
     cfg = SelfPlayConfig.tiny(env="pokemon", out=str(tmp_path / "run"), encoder_preset="tiny", encoder_context=3,
-                              encoder_lr=3e-3, reward_hp_swing=0.5, num_runners=1, battles_per_runner=2, seed=4)
+                              encoder_lr=3e-3, reward_hp_swing=0.5, num_runners=1, battles_per_runner=2, seed=4,
+                              **init)
     cpu = torch.device("cpu")
 
     def play(env, policy, u):
         """2 battles of 4 and 5 decisions, random turns, through SelfPlayPlayer.select."""
         g = torch.Generator().manual_seed(100 + u)
         me = SimpleNamespace(policy=policy.eval(), model=env.bc, context=env.context, states={}, steps={},
-                             greedy=False, record=True, record_inputs=True, generator=g)
+                             greedy=False, record=True, record_inputs=True, generator=g, start=env.start)
         battles = []
         for b in range(2):
             tag, history = f"b{b}", []
@@ -188,7 +227,7 @@ def test_a_trained_encoder_changes_and_resumes_exactly(tmp_path, one_torch_threa
                                           end=TeamState(0.5, 0.25 * b, 1, 3)))
         return battles_to_rollout(battles, 4, cfg.reward_weights(), 0.99)
 
-    def start(extra=None, model=None, optimizer=None):
+    def begin(extra=None, model=None, optimizer=None):
         env = PokemonSelfPlay(cfg)
         if extra is not None:
             env.restore(extra)
@@ -204,23 +243,29 @@ def test_a_trained_encoder_changes_and_resumes_exactly(tmp_path, one_torch_threa
     def train(env, policy, learner, ppo, encoder, updates):
         for u in updates:
             rollout = play(env, policy, u)
-            assert rollout.inputs["tokens"].shape[2:] == (3, 87)
+            assert rollout.inputs["tokens"].shape[2:] == (env.context, 87)
+            assert (rollout.prior is None) == (start == "scratch")
             if u == 0:
                 with torch.no_grad():
                     _, first = sequence_loss(policy, training_sequences(rollout, ppo), ppo, encoder=encoder.module)
                 assert abs(float(first["approx_kl"])) < 1e-5
+                if start == "slots":  # the policy is its prior at step 0
+                    assert float(first["reference_agreement"]) == 1.0 and float(first["reference_kl"]) < 1e-6
             metrics = update(learner, rollout, ppo, u, torch.Generator().manual_seed(u), encoder=encoder)
             assert metrics["encoder_grad_norm"] > 0 and metrics["encoder_lr"] <= cfg.encoder_lr
         return {**{f"policy.{k}": v for k, v in policy.state_dict().items()},
                 **{f"encoder.{k}": v for k, v in env.bc.state_dict().items()}}
 
-    env, policy, learner, ppo, encoder = start()
+    env, policy, learner, ppo, encoder = begin()
     initial = {k: v.clone() for k, v in env.bc.state_dict().items()}
     whole = train(env, policy, learner, ppo, encoder, range(3))
     assert not torch.equal(whole["encoder.encoder.mix.weight"], initial["encoder.mix.weight"])
     assert torch.equal(whole["encoder.actor.weight"], initial["actor.weight"])  # the heads are not on the path
+    if start == "slots":  # the prior's source stays the starting checkpoint, apart from the trained encoder
+        assert env.start is not env.bc and env.start.cfg.action_head == "slots"
+        assert all(torch.equal(v, initial[k]) for k, v in env.start.state_dict().items())
 
-    env, policy, learner, ppo, encoder = start()
+    env, policy, learner, ppo, encoder = begin()
     train(env, policy, learner, ppo, encoder, range(2))
     buffer = io.BytesIO()
     state = payload(kind="pokemon_selfplay", model_config=env.policy_config(), train_config=cfg, step=2,
@@ -229,31 +274,54 @@ def test_a_trained_encoder_changes_and_resumes_exactly(tmp_path, one_torch_threa
     torch.save({**state, "rng": []}, buffer)
     saved = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)  # as a checkpoint is read
     assert saved["extra"]["encoder"]["optimizer"]["state"]
-    resumed = train(*start(saved["extra"], saved["model"], saved["optimizer"]), range(2, 3))
+    assert saved["model_config"]["prior"] == (start == "slots")
+    resumed = train(*begin(saved["extra"], saved["model"], saved["optimizer"]), range(2, 3))
     assert whole.keys() == resumed.keys()
     assert all(torch.equal(whole[k], resumed[k]) for k in whole), [k for k in whole
                                                                    if not torch.equal(whole[k], resumed[k])]
 
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "state.pt").write_bytes(buffer.getvalue())
-    played = load_player(str(tmp_path / "ckpt")).args[0]  # the encoder evaluation's player reads
+    made = load_player(str(tmp_path / "ckpt"))
+    played = made.args[0]  # the encoder evaluation's player reads
     assert all(torch.equal(v, saved["extra"]["encoder"]["model"][k]) for k, v in played.state_dict().items())
+    if start == "scratch":
+        assert saved["extra"]["start"] is None and made.keywords["start"] is None
+    else:  # the starting policy, kept whole: the prior evaluation adds the policy's logits to is training's
+        assert made.keywords["start"] is not played and not saved["extra"]["start"]["is_encoder"]
+        assert all(torch.equal(v, initial[k]) for k, v in made.keywords["start"].state_dict().items())
+        assert read_checkpoint(str(tmp_path / "ckpt")).build_config().prior
 
 
 @needs_simulator
-@pytest.mark.timeout(300)
-def test_a_runner_plays_real_battles_and_they_train(bc_policy):
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("action_head", ["linear", "slots"])
+def test_a_runner_plays_real_battles_as_the_checkpoint_and_they_train(action_head, bc_policy, request,
+                                                                       one_torch_thread):
+    """A fine-tune's runner on a real server: each decision's recorded prior is the offline-RL policy's own logits
+    (``PokemonPolicy.forward``) on the window of real turns it read, linear head or slot head, and the learner
+    chose from exactly those (its log-probabilities are the checkpoint's); the learner's first pass agrees with the
+    prior everywhere; one update moves the policy away from it."""
     from models.ppo_policy import RecurrentPolicy, RecurrentPolicyConfig
+    from training.checkpoints import read_checkpoint
     from training.fit import Learner
     from training.league import Opponent
     from training.pokemon.selfplay import PokemonRunner, RewardWeights, battles_to_rollout, episodes_of
     from training.ppo import PPOConfig, sequence_loss, training_sequences, update
 
-    cfg = RecurrentPolicyConfig(d_obs=bc_policy.cfg.d_model, num_actions=9, opponent_window=4, d_strategy=16,
-                                strategy_heads=2, d_lstm=16)
-    policy = RecurrentPolicy.on_top_of(cfg, bc_policy.actor)
+    if action_head == "slots":
+        checkpoint = read_checkpoint(request.getfixturevalue("slot_checkpoint"))
+        bc, context = checkpoint.build_model(), int(checkpoint.train_config["context"])
+    else:
+        bc, context = bc_policy, 16
+    assert bc.cfg.action_head == action_head
+    cfg = RecurrentPolicyConfig(d_obs=bc.cfg.d_model, num_actions=9, opponent_window=4, d_strategy=16,
+                                strategy_heads=2, d_lstm=16, prior=True)
+    torch.manual_seed(0)
+    policy = RecurrentPolicy(cfg)
     draws = itertools.cycle([Opponent("weak", "random"), Opponent("strong", "maxbp")])
-    runner = PokemonRunner(bc_policy, 16, cfg, seed=3, draw_opponent=lambda key: next(draws))
+    runner = PokemonRunner(bc, context, cfg, seed=3, draw_opponent=lambda key: next(draws), record_inputs=True,
+                           start="encoder")
     try:
         recorded, drawn = runner.collect(policy.state_dict(), battles=2)
     finally:
@@ -265,17 +333,38 @@ def test_a_runner_plays_real_battles_and_they_train(bc_policy):
     # each battle against its own draw, and each result filed under the opponent it was played against
     assert sorted(b.opponent.name for b in battles) == ["maxbp", "random"]
     assert [r.opponent for r in recorded] == [b.opponent for b in battles]
+    steps = [step for r in recorded for step in r.steps]
+    with torch.no_grad():
+        for step in steps:  # the checkpoint itself on the turns the player read
+            n = step["turns"]
+            tokens, numeric = step["tokens"][None, :n].long(), step["numeric"][None, :n]
+            everything = torch.ones(1, n, 9, dtype=torch.bool)
+            theirs = bc(tokens, numeric, everything, torch.ones(1, n, dtype=torch.bool)).logits[0, -1]
+            torch.testing.assert_close(step["prior"], theirs)
+            chosen = torch.log_softmax(theirs.masked_fill(~step["legal"], float("-inf")), -1)[step["actions"]]
+            torch.testing.assert_close(step["logp"], chosen)
+    if action_head == "slots":  # the slot scores shape the prior: the linear read alone would choose otherwise
+        assert any(not torch.allclose(bc.actor(bc.features(s["tokens"][None, :s["turns"]].long(),
+                                                           s["numeric"][None, :s["turns"]],
+                                                           torch.ones(1, s["turns"], dtype=torch.bool)))[0, -1],
+                                      s["prior"]) for s in steps)
     rollout = battles_to_rollout(recorded, seq_len=8)
     assert rollout.mask.sum() == sum(b.frames for b in battles)  # its own decisions, nothing of the opponent
-    assert rollout.episode_start[0].all()
-    ppo = PPOConfig.test(num_envs=2, rollout_steps=rollout.actions.shape[0], seq_len=8, num_minibatches=1)
+    assert rollout.episode_start[0].all() and rollout.prior.shape == (*rollout.mask.shape, 9)
+    ppo = PPOConfig.test(num_envs=2, rollout_steps=rollout.actions.shape[0], seq_len=8, num_minibatches=1,
+                         reference_kl=0.1)
     with torch.no_grad():  # the learner's first pass gives the log-probabilities the player acted with
         _, first = sequence_loss(policy, training_sequences(rollout, ppo), ppo)
     assert abs(float(first["approx_kl"])) < 1e-6
+    assert float(first["reference_agreement"]) == 1.0 and abs(float(first["reference_kl"])) < 1e-6
     learner = Learner(policy, lr=ppo.lr, weight_decay=0.0, grad_clip=ppo.grad_clip, device=torch.device("cpu"))
     metrics = update(learner, rollout, ppo, 0, torch.Generator().manual_seed(0))
     assert math.isfinite(metrics["policy_loss"]) and math.isfinite(metrics["value_loss"])
     assert all(torch.isfinite(p).all() for p in policy.parameters())
+    assert policy.actor.weight.abs().sum() > 0  # PPO moved the policy off its prior
+    with torch.no_grad():
+        _, after = sequence_loss(policy, training_sequences(rollout, ppo), ppo)
+    assert float(after["reference_kl"]) > 0
 
 
 @needs_simulator
@@ -285,7 +374,7 @@ def test_a_short_selfplay_run_in_real_battles(bc_policy, ray_local, tmp_path):
     the learner on Ray Train, the league; its checkpoint says what it holds and carries the league. The first
     update trains the critic alone, so the policy still chooses as the offline-RL policy (agreement 1, KL 0). With
     dense rewards and a trained encoder (--encoder-lr): the encoder moves in the second update and its optimizer is
-    checkpointed; each battle's draw is counted."""
+    checkpointed, beside the starting policy the prior comes from; each battle's draw is counted."""
     import csv
 
     from training.checkpoints import live_identity, payload, read_checkpoint
@@ -323,6 +412,49 @@ def test_a_short_selfplay_run_in_real_battles(bc_policy, ray_local, tmp_path):
     encoder = saved.extra["encoder"]
     assert encoder["optimizer"]["state"] and not torch.equal(encoder["model"]["encoder.mix.weight"],
                                                              bc_policy.encoder.mix.weight)
+    # the prior's source, kept apart from the trained encoder: the offline-RL policy as it started
+    assert saved.build_config().prior and not saved.extra["start"]["is_encoder"]
+    assert all(torch.equal(v, saved.extra["start"]["model"][k]) for k, v in bc_policy.state_dict().items())
+
+
+@needs_simulator
+@pytest.mark.timeout(900)
+def test_a_slot_head_fine_tune_resumes_and_its_checkpoint_plays(slot_checkpoint, ray_local, tmp_path):
+    """``training/selfplay.py --env pokemon --policy-init`` a slot-head checkpoint: the run starts (the frozen
+    encoder is the starting policy, so the checkpoint holds it once), agrees with it while the critic warms up,
+    trains, resumes from its checkpoint (the prior restored with it), and evaluation plays the checkpoint (the
+    ladder's player) with the same prior: battles finish with no fallback."""
+    import csv
+
+    from training.checkpoints import read_checkpoint
+    from training.loop import latest_checkpoint
+    from training.pokemon.evaluate import EvalConfig
+    from training.pokemon.evaluate import run as evaluate
+    from training.pokemon.players import load_player
+    from training.pokemon.showdown_server import free_port
+    from training.selfplay import SelfPlayConfig, run
+
+    out = tmp_path / "run"
+    common = dict(env="pokemon", policy_init=slot_checkpoint, out=str(out), num_runners=1, battles_per_runner=2,
+                  snapshot_every=1, reference_kl=0.1, critic_warmup=1)
+    assert run(SelfPlayConfig.tiny(updates=2, **common)).error is None
+    saved = read_checkpoint(latest_checkpoint(out))
+    assert saved.step == 2 and saved.build_config().prior
+    assert saved.extra["start"]["is_encoder"] and "model" not in saved.extra["start"]  # the encoder, held once
+    assert any(torch.count_nonzero(v) for k, v in saved.model.items() if k.startswith("actor."))  # it trained
+    assert run(SelfPlayConfig.tiny(updates=3, resume=True, **common)).error is None
+    resumed = read_checkpoint(latest_checkpoint(out))
+    assert resumed.step == 3 and resumed.extra["start"]["is_encoder"]
+    with open(out / "metrics.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(r["step"]) for r in rows] == [1, 2, 3]
+    assert [float(r["policy_trained"]) for r in rows] == [0.0, 1.0, 1.0]
+    assert float(rows[0]["reference_agreement"]) == 1.0 and float(rows[0]["reference_kl"]) < 1e-6
+    assert all(math.isfinite(float(r["policy_loss"])) for r in rows)
+    made = load_player(latest_checkpoint(out))
+    assert made.keywords["start"] is made.args[0] and made.keywords["start"].cfg.action_head == "slots"
+    rows = evaluate(EvalConfig.tiny(checkpoint=latest_checkpoint(out), port=free_port()), log=lambda _: None)
+    assert rows[0]["battles"] == 2 and rows[0]["fallback_moves"] == 0
 
 
 @needs_simulator
@@ -368,25 +500,3 @@ def test_the_report_reads_snapshots_and_the_learner_by_update(tmp_path):
                              "snapshot-000002": 990.0}) == [(2, 990.0), (10, 1050.0)]
     (tmp_path / "metrics.csv").write_text("step,learner_rating\n1,1000\n2,1010\n2,1012\n3,1020\n")
     assert learner_ratings(tmp_path / "metrics.csv") == [(1, 1000.0), (2, 1012.0), (3, 1020.0)]
-
-
-def test_self_play_refuses_a_policy_with_the_slot_head(tmp_path):
-    """The recurrent PPO policy starts from the offline-RL actor as one linear map of the turn features; a policy
-    trained with ``--action-head slots`` is refused by name rather than started from half of its head."""
-    from models.pokemon_policy import PokemonPolicy, PolicyConfig
-    from pipelines.pokemon.observation import vocabulary
-    from training.checkpoints import live_identity, payload
-    from training.pokemon.offline_rl import TrainConfig
-    from training.registry import POKEMON_OBSERVATION
-    from training.selfplay import SelfPlayConfig
-
-    model = PokemonPolicy(PolicyConfig.preset("tiny", len(vocabulary()), action_head="slots"))
-    source = tmp_path / "bc"
-    source.mkdir()
-    state = payload(kind="pokemon_policy", model_config=model.cfg,
-                    train_config=TrainConfig.tiny(shards="s", out="o", action_head="slots"), step=1,
-                    data=live_identity(POKEMON_OBSERVATION), model=model, optimizer=None)
-    torch.save({**state, "rng": []}, source / "state.pt")
-    cfg = SelfPlayConfig.tiny(env="pokemon", policy_init=str(source), out=str(tmp_path / "run"))
-    with pytest.raises(ValueError, match="'slots' action head"):
-        cfg.environment()

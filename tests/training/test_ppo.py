@@ -30,21 +30,25 @@ def test_sequences_are_numbered_env_major():
     assert chunks[2].tolist() == [1, 4, 7, 10]  # env 1, first chunk
 
 
-def collect(policy: RecurrentPolicy, steps: int, envs: int, episode_len: int, generator: torch.Generator) -> Rollout:
+def collect(policy: RecurrentPolicy, steps: int, envs: int, episode_len: int, generator: torch.Generator,
+            prior: torch.Tensor | None = None) -> Rollout:
     """A bandit with memory-free observations: reward 1 for action 0, episodes of ``episode_len`` steps (the last
-    one of the rollout truncated), recorded exactly as a runner records the agent's side."""
+    one of the rollout truncated), recorded exactly as a runner records the agent's side; ``prior`` (A,): a starting
+    policy's logits at every step, for a ``prior`` policy."""
     obs = torch.randn(steps, envs, CFG.d_obs, generator=generator)
     opponent = torch.zeros(steps, envs, CFG.opponent_window, CFG.d_obs)
     opponent_valid = torch.zeros(steps, envs, CFG.opponent_window, dtype=torch.bool)
     legal = torch.ones(steps, envs, CFG.num_actions, dtype=torch.bool)
     start = (torch.arange(steps) % episode_len == 0)[:, None].expand(steps, envs).clone()
+    priors = None if prior is None else prior.expand(steps, envs, CFG.num_actions).clone()
     state = policy.initial_state(envs)
     records = {k: [] for k in ("actions", "logp", "values", "h", "c")}
     with torch.no_grad():
         for t in range(steps):
             records["h"].append(state[0])
             records["c"].append(state[1])
-            out = policy.step(obs[t], opponent[t], opponent_valid[t], start[t], legal[t], state)
+            out = policy.step(obs[t], opponent[t], opponent_valid[t], start[t], legal[t], state,
+                              None if priors is None else priors[t])
             dist = torch.distributions.Categorical(logits=out.logits[:, 0])
             action = torch.multinomial(dist.probs, 1, generator=generator)[:, 0]
             records["actions"].append(action)
@@ -58,7 +62,8 @@ def collect(policy: RecurrentPolicy, steps: int, envs: int, episode_len: int, ge
     return Rollout(obs=obs, opponent=opponent, opponent_valid=opponent_valid, legal=legal, episode_start=start,
                    actions=actions, logp=torch.stack(records["logp"]), values=values,
                    rewards=(actions == 0).float(), terminated=ends.clone(), truncated=torch.zeros_like(ends),
-                   next_values=next_values, states=(torch.stack(records["h"]), torch.stack(records["c"])))
+                   next_values=next_values, states=(torch.stack(records["h"]), torch.stack(records["c"])),
+                   prior=priors)
 
 
 def _live(policy):
@@ -116,25 +121,34 @@ def test_critic_warmup_trains_the_critic_alone():
 
 
 def test_the_reference_penalty_keeps_the_policy_near_its_start():
-    """The bandit rewards action 0; a reference that prefers action 2 holds a penalised policy back."""
+    """The bandit rewards action 0; a policy started on prior logits that prefer action 2 acts as the prior at step
+    0, and the reference penalty (the prior is the reference) holds a penalised policy near it. A rollout without a
+    prior has no reference to be held to."""
+    prior = torch.tensor([0.0, 0.0, 1.0])
+
     def train(reference_kl: float):
         torch.manual_seed(0)
-        policy = RecurrentPolicy(CFG)
-        reference = torch.nn.Linear(CFG.d_obs, CFG.num_actions)
-        with torch.no_grad():
-            reference.weight.zero_()
-            reference.bias.copy_(torch.tensor([0.0, 0.0, 3.0]))
+        policy = RecurrentPolicy(dataclasses.replace(CFG, prior=True))
         cfg = PPOConfig.test(num_envs=4, rollout_steps=16, seq_len=8, num_minibatches=2, lr=1e-2, updates=10,
                              entropy_weight=0.0, reference_kl=reference_kl)
         learner = Learner(policy, lr=cfg.lr, weight_decay=0.0, grad_clip=cfg.grad_clip, device=torch.device("cpu"))
         g = torch.Generator().manual_seed(2)
         for u in range(cfg.updates):
-            metrics = update(learner, collect(policy, 16, 4, episode_len=8, generator=g), cfg, u, g, reference)
+            rollout = collect(policy, 16, 4, episode_len=8, generator=g, prior=prior)
+            if u == 0:  # the prior's own log-probabilities: the policy is its prior at step 0
+                torch.testing.assert_close(rollout.logp, torch.log_softmax(prior, -1)[rollout.actions])
+            metrics = update(learner, rollout, cfg, u, g)
         return metrics
 
     free, held = train(0.0), train(5.0)
     assert held["reference_kl"] < free["reference_kl"] / 2, (held, free)
     assert held["reference_agreement"] > free["reference_agreement"]
+    policy = RecurrentPolicy(CFG)
+    learner = Learner(policy, lr=1e-2, weight_decay=0.0, grad_clip=0.5, device=torch.device("cpu"))
+    g = torch.Generator().manual_seed(2)
+    with pytest.raises(ValueError, match="--reference-kl needs"):
+        update(learner, collect(policy, 16, 4, episode_len=8, generator=g),
+               PPOConfig.test(num_envs=4, rollout_steps=16, seq_len=8, num_minibatches=2, reference_kl=1.0), 0, g)
 
 
 class _RawEncoder(torch.nn.Module):

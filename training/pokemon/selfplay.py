@@ -1,6 +1,17 @@
 """Self-play in real Pokémon battles: poke-env players on a local Showdown server (127.0.0.1, an explicit port,
 stopped by PID), the learner playing with the self-play policy on top of an offline-RL policy's turn features.
 
+Fine-tuning (``--policy-init``, an offline-RL checkpoint with either action head): the policy's logits are the
+starting policy's logits (its prior: the whole head, the slot head's per-action scores included) plus its own
+actor's, which starts at zero, so at step 0 the learner chooses exactly as the checkpoint does and PPO moves it away
+by training the actor and the trunk under it (``models/ppo_policy.RecurrentPolicyConfig.prior``). The runners
+compute the prior of each decision from its window of turns and record it in the rollout; ``--reference-kl``
+takes it as the reference policy. The prior always comes from the starting checkpoint as it was: with a frozen
+encoder that is the encoder itself (the features and the prior come from one pass); with ``--encoder-lr`` the
+encoder trains and a frozen copy of the starting policy, kept apart, gives the prior. Checkpoints keep the
+starting policy (``extra["start"]``, not written twice where it is the encoder), so resume and evaluation give the
+policy the same prior.
+
 The learner's player (``training/pokemon/selfplay_player.SelfPlayPlayer``) sees exactly what evaluation sees (the
 server's protocol through the project's tracker and observation spec); per turn it reads the offline-RL policy's
 features of its battle so far, the features of its previous turns as the opponent's recent behaviour (what the
@@ -46,6 +57,8 @@ from training.pokemon.selfplay_player import (
     TurnFeatures,
     encoder_from_state,
     encoder_state,
+    start_from_state,
+    start_state,
 )
 from training.pokemon.showdown_server import free_port, showdown_server
 from training.ppo import Rollout, TrainableEncoder
@@ -162,6 +175,7 @@ def battles_to_rollout(battles: list[RecordedBattle], seq_len: int, weights: Rew
     inputs = None
     if "tokens" in first:
         inputs = {"tokens": column("tokens", 0), "numeric": column("numeric", 0.0), "turns": column("turns", 0)}
+    prior = column("prior", 0.0) if "prior" in first else None
     return Rollout(obs=column("obs", 0.0), opponent=column("opponent", 0.0),
                    opponent_valid=column("opponent_valid", False), legal=legal,
                    episode_start=column("episode_start", True), actions=column("actions", 0),
@@ -169,7 +183,7 @@ def battles_to_rollout(battles: list[RecordedBattle], seq_len: int, weights: Rew
                    truncated=torch.zeros(t, n, dtype=torch.bool),
                    next_values=torch.cat([values[1:], torch.zeros(1, n)]), states=(column("h", 0.0),
                                                                                    column("c", 0.0)),
-                   mask=mask, inputs=inputs)
+                   mask=mask, inputs=inputs, prior=prior)
 
 
 def battle_draws(draw_opponent, draw_seed: int, update: int, index: int, battles: int) -> collections.Counter:
@@ -186,12 +200,15 @@ class PokemonRunner:
 
     ``draw_opponent(key)`` → the ``Opponent`` of the battle ``key`` names: (``draw_seed``, update, ``index``, battle),
     the update counted from ``first_update``. ``record_inputs``: record each decision's encoder window (a trained
-    encoder); ``collect`` then also takes the encoder's weights of the update."""
+    encoder); ``collect`` then also takes the encoder's weights of the update. ``start``: the starting policy whose
+    logits are the prior of a ``prior`` policy: ``"encoder"`` (the frozen encoder is that policy; a name, since Ray
+    sends each argument apart and the same module twice would arrive as two), its frozen copy, or None."""
 
     def __init__(self, bc_model, context: int, policy_cfg, *, battle_format: str = "gen9randombattle",
                  seed: int = 0, draw_opponent=None, snapshot_weights=None, concurrency: int = 2, index: int = 0,
-                 first_update: int = 0, draw_seed: int = 0, record_inputs: bool = False):
+                 first_update: int = 0, draw_seed: int = 0, record_inputs: bool = False, start=None):
         self.bc_model, self.context, self.policy_cfg = bc_model.eval(), context, policy_cfg
+        self.start = self.bc_model if start == "encoder" else start.eval() if start is not None else None
         self.format, self.seed, self.concurrency = battle_format, seed, concurrency
         self.draw_opponent, self.snapshot_weights = draw_opponent, snapshot_weights
         self.index, self.update, self.draw_seed, self.record_inputs = index, first_update, draw_seed, record_inputs
@@ -209,8 +226,8 @@ class PokemonRunner:
             policy.load_state_dict(self.snapshot_weights(opponent.name))
             # on the runner's encoder, which a trained encoder (--encoder-lr) brings up to the update: a snapshot
             # keeps its policy only (an encoder per snapshot would be ~60 MB each at the small preset)
-            return SelfPlayPlayer(self.bc_model, self.context, policy, account, record=False, seed=self.seed + 1,
-                                  **common)
+            return SelfPlayPlayer(self.bc_model, self.context, policy, account, start=self.start, record=False,
+                                  seed=self.seed + 1, **common)
         return getattr(players, OPPONENT_CLASSES[opponent.name])(account, **common)
 
     def collect(self, weights: dict, battles: int, encoder_weights: dict | None = None):
@@ -231,7 +248,7 @@ class PokemonRunner:
                 self.bc_model, self.context, self.policy, AccountConfiguration(f"rf learner {tag}", None),
                 server_configuration=ServerConfiguration(self.url, None), battle_format=self.format,
                 max_concurrent_battles=self.concurrency, seed=self.seed + self.rounds,
-                record_inputs=self.record_inputs)
+                record_inputs=self.record_inputs, start=self.start)
             clients = [learner]
             for k, (choice, n) in enumerate(sorted(drawn.items(), key=lambda item: item[0].name)):
                 opponent = self._opponent(choice, f"{tag}o{k}")
@@ -269,8 +286,9 @@ class PokemonSelfPlayConfig(SelfPlayCoreConfig):
     """A self-play run in real Pokémon battles.
 
     Attributes:
-        policy_init: the offline-RL checkpoint (training/pokemon/offline_rl.py) whose turn features the policy
-            reads and whose actor head it starts from; empty: from scratch, on an untrained encoder.
+        policy_init: the offline-RL checkpoint (training/pokemon/offline_rl.py, either action head) whose turn
+            features the policy reads and whose logits are its prior (it chooses as that policy at step 0); empty:
+            from scratch, on an untrained encoder.
         encoder_preset: from scratch: size of the untrained turn encoder (models/pokemon_policy.py).
         encoder_context: from scratch: turns the encoder reads per decision (the LSTM carries the rest).
         encoder_lr: learning rate of the turn encoder, trained with the policy (annealed as ``lr`` is); 0: frozen.
@@ -313,12 +331,13 @@ class PokemonSelfPlayConfig(SelfPlayCoreConfig):
 
 class PokemonSelfPlay:
     """Real Pokémon battles as ``training/selfplay.py``'s environment. With ``--policy-init`` (an offline-RL
-    checkpoint) its turn features are the observations and its actor head starts the policy, so at step 0 the
-    learner chooses as that policy does; the checkpoint's observation spec and vocabulary are checked against this
-    code's before any battle. Without it, the run starts from scratch: the observations are the turn features of an
-    untrained encoder of ``--encoder-preset`` (initialised from ``--seed``) and the policy starts as initialised.
-    Either encoder is frozen unless ``--encoder-lr`` trains it, and is saved in every checkpoint (with its
-    optimizer's state where it trains), so evaluation plays the encoder the policy was trained on."""
+    checkpoint, linear or slot head) its turn features are the observations and its logits the policy's prior (see
+    the module docstring), so at step 0 the learner chooses as that policy does; the checkpoint's observation spec
+    and vocabulary are checked against this code's before any battle. Without it, the run starts from scratch: the
+    observations are the turn features of an untrained encoder of ``--encoder-preset`` (initialised from ``--seed``)
+    and the policy, without a prior, starts as initialised. Either encoder is frozen unless ``--encoder-lr`` trains
+    it, and is saved in every checkpoint (with its optimizer's state where it trains) with the starting policy, so
+    evaluation plays the encoder and the prior the policy was trained on."""
 
     kind = "pokemon_selfplay"
     reward_terms = ("result", "knockouts_dealt", "knockouts_taken", "hp_dealt", "hp_taken", "shaping")
@@ -337,42 +356,37 @@ class PokemonSelfPlay:
             self.checkpoint = read_checkpoint(cfg.policy_init, kind="pokemon_policy")
             self.checkpoint.check_features(live_identity(POKEMON_OBSERVATION))
             self.bc = self.checkpoint.build_model().requires_grad_(False)
-            if self.bc.cfg.action_head != "linear":
-                # the PPO policy starts from the offline-RL actor as one linear map of the turn features; a slot
-                # head's scores need each action's own words, which the recurrent policy does not read
-                raise ValueError(f"--policy-init {cfg.policy_init} has the {self.bc.cfg.action_head!r} action head; "
-                                 "self-play starts only from a 'linear' one (train it with --action-head linear)")
             self.context = int(self.checkpoint.train_config["context"])
             self.data, self.source = self.checkpoint.data, cfg.policy_init
+            self.start = self._kept_apart(self.bc)
         else:
             self.checkpoint = None
             self.bc = untrained_encoder(cfg.encoder_preset, cfg.seed).requires_grad_(False)
             self.context, self.data = cfg.encoder_context, live_identity(POKEMON_OBSERVATION)
             self.source = f"untrained {cfg.encoder_preset} (seed {cfg.seed})"
+            self.start = None  # no prior: the policy's actor alone
         self.num_envs = cfg.num_runners * cfg.battles_per_runner  # rollout columns: one per battle
         self.encoder_optimizer = None  # where --encoder-lr trains the encoder (``trainable_encoder``)
         self._encoder_optimizer_state = None  # a resumed run's, until ``trainable_encoder`` loads it
         self._drawn: collections.Counter = collections.Counter()
 
+    def _kept_apart(self, start):
+        """The starting policy as the prior's source: ``start`` itself while the encoder stays frozen (it is that
+        policy), a frozen copy where ``--encoder-lr`` trains the encoder (the prior stays the starting policy's)."""
+        if start is None or not self.cfg.encoder_lr or start is not self.bc:
+            return start
+        return copy.deepcopy(start).requires_grad_(False)
+
     def policy_config(self):
+        """The policy's shapes, with a prior where a starting policy gives one (``--policy-init``, or a resumed
+        checkpoint that has one; called after ``restore``)."""
         return RecurrentPolicyConfig(d_obs=self.bc.cfg.d_model, num_actions=NUM_POLICY_ACTIONS,
                                      opponent_window=self.cfg.opponent_window, strategy_heads=2,
-                                     d_lstm=self.cfg.d_lstm)
+                                     d_lstm=self.cfg.d_lstm, prior=self.start is not None)
 
     def start_policy(self, policy) -> None:
-        """The offline-RL policy's actor head, for a fresh run (zero-started residuals do the rest); from scratch,
-        the policy as initialised."""
-        if self.checkpoint is not None:
-            policy.actor.load_state_dict(self.bc.actor.state_dict())
-
-    def reference_policy(self):
-        """With ``--policy-init``, the offline-RL policy's actor head (frozen, a copy), mapping the observations to
-        the logits of the policy the run started from (``--reference-kl``); from scratch, None. Called after
-        ``restore``, so a resumed run's reference is the checkpointed encoder's head. With a trained encoder it
-        reads the features the runners recorded (today's encoder's), not the starting encoder's."""
-        if not self.cfg.policy_init:
-            return None
-        return copy.deepcopy(self.bc.actor).requires_grad_(False)
+        """Nothing to load: a fine-tune's actor starts at zero over the prior (``RecurrentPolicyConfig.prior``), so
+        it chooses as the starting policy; from scratch, the policy as initialised."""
 
     def trainable_encoder(self, device, ppo) -> TrainableEncoder | None:
         """With ``--encoder-lr``, the encoder as the learner trains it (``TurnFeatures`` over the recorded windows,
@@ -392,12 +406,15 @@ class PokemonSelfPlay:
     def extra(self) -> dict:
         """What a checkpoint keeps beside the policy: the encoder its observations come from (and, trained, its
         optimizer's state)."""
-        return {"encoder": encoder_state(self.bc, self.context, self.source, self.encoder_optimizer)}
+        return {"encoder": encoder_state(self.bc, self.context, self.source, self.encoder_optimizer),
+                "start": start_state(self.start, self.bc, self.cfg.policy_init)}
 
     def restore(self, extra: dict) -> None:
-        """On resume, the encoder the run had reached (before any runner is made), and its optimizer's state."""
+        """On resume, the encoder the run had reached (before any runner is made), its optimizer's state and the
+        starting policy its prior comes from (a checkpoint from before priors has none: its actor alone)."""
         self.bc, self.context = encoder_from_state(extra["encoder"])
         self._encoder_optimizer_state = extra["encoder"].get("optimizer")
+        self.start = self._kept_apart(start_from_state(extra.get("start"), self.bc))
 
     def league_config(self):
         return self.cfg.league(strong=("heuristic", "maxbp"), weak=("random",))
@@ -410,10 +427,11 @@ class PokemonSelfPlay:
 
         cls = ray.remote(num_cpus=self.cfg.cpus_per_runner, scheduling_strategy=ACTOR_SCHEDULING)(PokemonRunner)
         encoder = copy.deepcopy(self.bc).cpu().eval().requires_grad_(False)  # the learner's may be on its GPU
+        start = "encoder" if self.start is self.bc else self.start
         return [cls.remote(encoder, self.context, policy_cfg, battle_format=self.cfg.battle_format,
                            seed=self.cfg.seed * 1000 + first_update * 10 + i, draw_opponent=draw,
                            snapshot_weights=weights_of, index=i, first_update=first_update, draw_seed=self.cfg.seed,
-                           record_inputs=self.cfg.encoder_lr > 0) for i in range(self.cfg.num_runners)]
+                           record_inputs=self.cfg.encoder_lr > 0, start=start) for i in range(self.cfg.num_runners)]
 
     def collect(self, runners: list, weights_ref, ppo):
         """(the runners' battles, one per column, finished ``Episode``s)."""

@@ -2,6 +2,10 @@
 tracker and observation spec), choosing with a self-play policy (``models/ppo_policy.RecurrentPolicy``) on top of an
 offline-RL policy's turn features (frozen, or trained with the policy: ``--encoder-lr``), and recording its own
 decisions for PPO (``training/pokemon/selfplay.py``).
+
+A fine-tune's policy adds its logits to the starting offline-RL policy's (its prior, ``starting_logits``: the whole
+head, linear or slots), which the player computes each decision from the same window of turns: from the encoder's
+own features where the encoder is that policy (frozen), else with the starting policy's frozen copy.
 """
 
 from __future__ import annotations
@@ -79,15 +83,38 @@ class TurnFeatures(nn.Module):
         return out_obs.reshape(b, t, d), out_opponent.reshape(b, t, self.window, d), out_valid.reshape(b, t, -1)
 
 
+def starting_logits(model: PokemonPolicy, tokens: torch.Tensor, numeric: torch.Tensor,
+                    features: torch.Tensor | None = None) -> torch.Tensor:
+    """An offline-RL policy's logits (B, T, 9) before the legal mask, for windows tokens (B, T, 87), numeric
+    (B, T, 50) of valid turns: ``PokemonPolicy.forward``'s heads (the linear actor, plus the slot head's scores where
+    it has one) over its ``features`` (given: computed once for the self-play policy too; None: computed here). A
+    test compares it with ``forward``'s logits."""
+    if model.cfg.action_head not in ("linear", "slots"):
+        raise ValueError(f"starting_logits knows the 'linear' and 'slots' heads, not {model.cfg.action_head!r}")
+    if features is None:
+        features = model.features(tokens, numeric, torch.ones(tokens.shape[:2], dtype=torch.bool,
+                                                               device=tokens.device))
+    logits = model.actor(features)
+    if model.slots is not None:
+        logits = logits + model.slots(features, tokens, numeric, model.encoder.words)[0]
+    return logits
+
+
 class SelfPlayPlayer(PolicyPlayer):
     """Chooses with the self-play policy over the offline-RL policy's turn features; records its decisions, with
     both teams' state at each (dense rewards) and, with ``record_inputs``, the window of turns the encoder read (a
-    trained encoder's features are recomputed from them in the update)."""
+    trained encoder's features are recomputed from them in the update). ``start``: the policy a fine-tune started
+    from (frozen), whose logits each decision gives the policy as its prior (``bc_model`` itself where the encoder
+    is that policy, frozen); None: a policy without a prior (from scratch)."""
 
-    def __init__(self, bc_model, context: int, policy, *args, record: bool = True, greedy: bool = False,
-                 seed: int = 0, record_inputs: bool = False, **kwargs):
+    def __init__(self, bc_model, context: int, policy, *args, start: PokemonPolicy | None = None,
+                 record: bool = True, greedy: bool = False, seed: int = 0, record_inputs: bool = False, **kwargs):
         super().__init__(bc_model, context, *args, **kwargs)
+        if (start is not None) != policy.cfg.prior:
+            raise ValueError("a policy with a prior needs the starting policy (start)" if policy.cfg.prior
+                             else "this policy reads no prior: start must be None")
         self.policy, self.record, self.greedy, self.record_inputs = policy.eval(), record, greedy, record_inputs
+        self.start = start
         self.states: dict[str, tuple] = {}
         self.steps: dict[str, list[dict]] = {}
         self.finished: list[RecordedBattle] = []
@@ -101,10 +128,14 @@ class SelfPlayPlayer(PolicyPlayer):
             features = self.model.features(tokens, numeric, torch.ones(legal.shape[:2], dtype=torch.bool))
             # its earlier turns, what the opponent did shows in them
             obs, opponent, valid = (x[0] for x in window_features(features, torch.tensor([turns]), window))
-            start = tag not in self.states
+            prior = None
+            if self.start is not None:  # the starting policy's logits of the last turn (9,)
+                prior = starting_logits(self.start, tokens, numeric,
+                                        features if self.start is self.model else None)[0, -1]
+            first = tag not in self.states
             state = self.states.get(tag) or self.policy.initial_state(1)
-            out = self.policy.step(obs[None], opponent[None], valid[None], torch.tensor([start]),
-                                   legal[0, -1][None], state)
+            out = self.policy.step(obs[None], opponent[None], valid[None], torch.tensor([first]),
+                                   legal[0, -1][None], state, None if prior is None else prior[None])
             probs = torch.softmax(out.logits[0, 0].float(), -1)
             # greedy: evaluation, as PolicyPlayer (the same choice as the offline-RL policy at step 0)
             action = int(probs.argmax()) if self.greedy else int(torch.multinomial(probs, 1,
@@ -112,8 +143,10 @@ class SelfPlayPlayer(PolicyPlayer):
         self.states[tag] = out.state
         if self.record:
             step = {"obs": obs, "opponent": opponent, "opponent_valid": valid, "legal": legal[0, -1],
-                    "episode_start": start, "actions": action, "logp": torch.log(probs[action]),
+                    "episode_start": first, "actions": action, "logp": torch.log(probs[action]),
                     "values": out.values[0, 0], "h": state[0][0], "c": state[1][0], "team": team_state(battle)}
+            if prior is not None:
+                step["prior"] = prior
             if self.record_inputs:  # the window right-padded to the context (C, ...): one shape for every step
                 pad = self.context - turns
                 step["tokens"] = torch.nn.functional.pad(tokens[0].to(torch.int32), (0, 0, 0, pad))
@@ -159,3 +192,27 @@ def encoder_from_state(state: dict):
     model = PokemonPolicy(config_from_dict(PolicyConfig, state["model_config"]))
     model.load_state_dict(state["model"])
     return model.eval().requires_grad_(False), int(state["context"])
+
+
+def start_state(start: PokemonPolicy | None, encoder: PokemonPolicy, source: str) -> dict | None:
+    """The starting policy as a self-play checkpoint keeps it (``extra["start"]``), so that resume and evaluation
+    give the policy the same prior: None (no prior), ``{"source", "is_encoder": True}`` where the encoder is that
+    policy (frozen: its weights are the checkpoint's encoder, not written twice), else its own config and weights."""
+    if start is None:
+        return None
+    if start is encoder:
+        return {"source": source, "is_encoder": True}
+    return {"source": source, "is_encoder": False, "model_config": dataclasses.asdict(start.cfg),
+            "model": start.state_dict()}
+
+
+def start_from_state(state: dict | None, encoder: PokemonPolicy) -> PokemonPolicy | None:
+    """The starting policy from ``start_state``'s dict (frozen): None, ``encoder`` itself, or its own copy. A
+    checkpoint from before priors has no entry: None, its actor alone gives its logits, as it was trained."""
+    if state is None:
+        return None
+    if state["is_encoder"]:
+        return encoder
+    model = PokemonPolicy(config_from_dict(PolicyConfig, state["model_config"]))
+    model.load_state_dict(state["model"])
+    return model.eval().requires_grad_(False)
