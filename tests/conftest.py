@@ -165,6 +165,20 @@ def synthetic_frames(ray_local, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def three_synthetic_games(ray_local, tmp_path_factory):
+    """A melee_frames version of 3 synthetic games, parsed once for the tests that hold one out and train on the
+    others (a validation share of 0.2 or 0.3 rounds to one game; a train share of 0.5 keeps one of the two left): the
+    world model's synthetic smoke tests, the scaling sweep and the notebooks."""
+    from pipelines.parse_replays import ParseConfig
+    from pipelines.parse_replays import run as parse
+
+    published = parse(ParseConfig.tiny(source="slp", out=str(tmp_path_factory.mktemp("melee3")), num_battles=3),
+                      log=lambda *_: None)
+    assert published.manifest.counts.trajectories == 3
+    return published.path
+
+
+@pytest.fixture(scope="session")
 def tiny_generated(ray_local, tmp_path_factory):
     """A published shard version of a few simulator battles per format (the tiny preset); skipped without the
     simulator."""

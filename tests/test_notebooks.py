@@ -41,10 +41,9 @@ def test_inspect_shards_on_s3(s3_bucket, tiny_generated, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def synthetic_melee(ray_local, tmp_path_factory):
-    from pipelines.parse_replays import ParseConfig, run
-
-    return run(ParseConfig.tiny(source="slp", out=str(tmp_path_factory.mktemp("melee")))).path
+def synthetic_melee(three_synthetic_games):
+    """The session's version of 3 synthetic games (tests/conftest.py), read only."""
+    return three_synthetic_games
 
 
 def test_inspect_shards_on_melee_frames(synthetic_melee, monkeypatch):

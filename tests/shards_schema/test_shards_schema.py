@@ -282,12 +282,10 @@ def test_corrupt_manifest_names_the_file(tmp_path, damage):
 
 
 @pytest.fixture(scope="module")
-def melee_version(ray_local, tmp_path_factory):
-    """A melee_frames version of two synthetic games: the gates tested where neither Node.js nor ../shared is."""
-    from pipelines.parse_replays import ParseConfig, run
-
-    return run(ParseConfig.tiny(source="slp", out=str(tmp_path_factory.mktemp("melee")), num_battles=2),
-               log=lambda *_: None).path
+def melee_version(synthetic_frames):
+    """A melee_frames version of two synthetic games (the session's, tests/conftest.py; each test changes a copy):
+    the gates tested where neither Node.js nor ../shared is."""
+    return synthetic_frames
 
 
 def _bump(version: str, major: int, minor: int = 0) -> str:

@@ -17,20 +17,12 @@ from training.melee.world_model import run as train
 from training.melee.world_model_play import PlayConfig
 from training.melee.world_model_play import run as play
 
-NUM_GAMES = 3
-"""Synthetic games parsed: one held out for validation (``validation_share`` rounds up to one game), two to train."""
-
 
 @pytest.fixture(scope="module")
-def synthetic_frames(ray_local, tmp_path_factory):
-    """A melee_frames shard version of synthetic games (``--source slp`` without ``--input``)."""
-    from pipelines.parse_replays import ParseConfig
-    from pipelines.parse_replays import run as parse
-
-    published = parse(ParseConfig.tiny(source="slp", out=str(tmp_path_factory.mktemp("melee")),
-                                       num_battles=NUM_GAMES), log=lambda *_: None)
-    assert published.manifest.counts.trajectories == NUM_GAMES
-    return published.path
+def synthetic_frames(three_synthetic_games):
+    """A melee_frames shard version of 3 synthetic games (``--source slp`` without ``--input``; the session's, see
+    tests/conftest.py): one held out for validation (``validation_share`` rounds up to one game), two to train."""
+    return three_synthetic_games
 
 
 @pytest.fixture(scope="module")

@@ -68,24 +68,16 @@ def test_the_sweep_config_checks_its_axes():
         SweepConfig(shards="s", out="o", steps=10, eval_every=4)
 
 
-@pytest.fixture(scope="module")
-def synthetic_frames(ray_local, tmp_path_factory):
-    from pipelines.parse_replays import ParseConfig
-    from pipelines.parse_replays import run as parse
-
-    return parse(ParseConfig.tiny(source="slp", out=str(tmp_path_factory.mktemp("melee")), num_battles=4),
-                 log=lambda *_: None).path
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_tiny_sweep_writes_its_table_fit_and_figure(synthetic_frames, tmp_path):
+def test_a_tiny_sweep_writes_its_table_fit_and_figure(three_synthetic_games, tmp_path):
     from tune.scaling import TARGETS, run
 
     metric = TARGETS["melee_frames"].metric
     # two trials at once: most of a tiny trial is its actors' start-up (the default on 2 CPUs, one trial at a time,
-    # is checked by test_trial_resources_follow_the_cluster and taken by tests/tune/test_tune_ppo_sweep.py's sweep)
-    sweep = SweepConfig.tiny(shards=str(synthetic_frames), out=str(tmp_path / "sweep"), max_concurrent=2)
+    # is checked by test_trial_resources_follow_the_cluster and taken by tests/tune/test_tune_ppo_sweep.py's sweep).
+    # The session's 3 synthetic games: one held out (validation share 0.3), two to train, one at train share 0.5.
+    sweep = SweepConfig.tiny(shards=str(three_synthetic_games), out=str(tmp_path / "sweep"), max_concurrent=2)
     logs: list[str] = []
     grid = run(sweep, log=logs.append)
     assert len(grid) == 4 and not grid.errors
