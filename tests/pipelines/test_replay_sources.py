@@ -157,3 +157,20 @@ def test_replay_without_formatid_parses_like_with_it():
     bare = {k: v for k, v in record.items() if k != "formatid"}
     got = replays.parse("showdown-json", json.dumps(bare).encode(), dexes, filters, known_formats()).rows
     assert got == want and got[0]["format"] == "gen1ou"
+
+
+def test_index_rows_match_the_reference():
+    """The writer's index rows of each input (Arrow kernels) against the row-by-row reference, on one input's
+    rows, on several inputs' (many trajectories), on a chunked table and a slice, one row and none."""
+    from pipelines.pokemon.parser import PokemonParser
+    from pipelines.pokemon.replays import ReplayFilterConfig, ReplayParser
+
+    parser = ReplayParser(options=ReplayFilterConfig(), formats=(), source="showdown-json")
+    tables = [parser.table(parser.parse(name, json.dumps(record).encode(), "", {}).rows)
+              for name, record in _replays().items()]
+    both = pa.concat_tables(tables)
+    cases = [*tables, both, both.combine_chunks(), both.slice(7, 150), both.slice(0, 1), both.slice(0, 0)]
+    for rows in cases:
+        assert PokemonParser.index_rows(rows) == PokemonParser.index_rows_reference(rows)
+    assert len(PokemonParser.index_rows(both)) == 4  # two battles, two players each
+    assert [r["row_start"] for r in PokemonParser.index_rows(tables[0])][0] == 0
