@@ -296,7 +296,7 @@ def test_a_trained_encoder_changes_and_resumes_exactly(start, tmp_path, one_torc
 @needs_simulator
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("action_head", ["linear", "slots"])
-def test_a_runner_plays_real_battles_as_the_checkpoint_and_they_train(action_head, bc_policy, request,
+def test_a_runner_plays_real_battles_as_the_checkpoint_and_they_train(action_head, bc_policy, tmp_path,
                                                                        one_torch_thread):
     """A fine-tune's runner on a real server: each decision's recorded prior is the offline-RL policy's own logits
     (``PokemonPolicy.forward``) on the window of real turns it read, linear head or slot head, and the learner
@@ -310,7 +310,7 @@ def test_a_runner_plays_real_battles_as_the_checkpoint_and_they_train(action_hea
     from training.ppo import PPOConfig, sequence_loss, training_sequences, update
 
     if action_head == "slots":
-        checkpoint = read_checkpoint(request.getfixturevalue("slot_checkpoint"))
+        checkpoint = read_checkpoint(_slot_checkpoint_untrained(tmp_path / "bc"))  # trained: the Ray run's test
         bc, context = checkpoint.build_model(), int(checkpoint.train_config["context"])
     else:
         bc, context = bc_policy, 16
