@@ -17,13 +17,38 @@ def _losses(out):
         return {int(r["step"]): float(r["loss"]) for r in csv.DictReader(fh)}
 
 
-@pytest.mark.parametrize("objective", ["bc", "filtered_bc"])
-def test_two_worker_smoke(tiny_generated, tmp_path, objective):
+SMOKE_OBJECTIVES = ("bc", "filtered_bc")
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(tiny_generated, tmp_path_factory):
+    """A 2-worker run of each smoke objective, the two side by side (the second from a thread: Ray Train's fit()
+    takes its SIGINT handler in the main thread only), as most of a tiny run is its actors' start-up; each in its own
+    folder. Objective -> (config, run folder, Ray Train's result, or the exception its run raised)."""
     _, published, _ = tiny_generated
-    out = tmp_path / objective
-    cfg = TrainConfig.tiny(shards=str(published.path), out=str(out), num_workers=2, objective=objective,
-                           cpus_per_worker=0.25, validation_share=0.3, eval_every=6)
-    result = run(cfg)
+    root = tmp_path_factory.mktemp("smoke")
+    configs = {objective: TrainConfig.tiny(shards=str(published.path), out=str(root / objective), num_workers=2,
+                                           objective=objective, cpus_per_worker=0.25, validation_share=0.3,
+                                           eval_every=6) for objective in SMOKE_OBJECTIVES}
+
+    def attempt(cfg):
+        try:
+            return run(cfg)
+        except Exception as err:  # noqa: BLE001 - handed to that objective's test, which raises it
+            return err
+
+    with ThreadPoolExecutor(1) as pool:
+        first, *others = SMOKE_OBJECTIVES
+        beside = {objective: pool.submit(attempt, configs[objective]) for objective in others}
+        results = {first: attempt(configs[first]), **{k: f.result() for k, f in beside.items()}}
+    return {objective: (configs[objective], root / objective, results[objective]) for objective in SMOKE_OBJECTIVES}
+
+
+@pytest.mark.parametrize("objective", SMOKE_OBJECTIVES)
+def test_two_worker_smoke(smoke_runs, objective):
+    cfg, out, result = smoke_runs[objective]
+    if isinstance(result, Exception):
+        raise result
     losses = _losses(out)
     assert max(losses) == cfg.steps and all(v == v for v in losses.values())  # ran every step, no NaN
     assert result.checkpoint is not None
