@@ -40,12 +40,16 @@ from pipelines.ray_start import start_ray
 from pipelines.stages import InputRecord, ParsedBatch
 from pipelines.writer import (
     BYTES_PER_MIB,
+    SHARD_LAYOUT,
+    EarlierVersion,
     GroupResult,
     GroupWriter,
     LostInputsError,
+    ReuseError,
     VersionPublisher,
     VersionSpec,
     check_name,
+    copy_reused,
     drop_rows,
 )
 from shards_schema import storage
@@ -78,6 +82,11 @@ class ParseConfig:
         max_unreadable: work items the store may fail to deliver, after every retry, before the job stops without
             publishing (default 0: any lost input stops it). Accepted losses are quarantined ``unreadable``, and
             the version's name says which inputs it lacks, so it never takes the name of the complete version.
+        reuse_from: an earlier version (its folder's URI, on the same store as --out) made by the same code and
+            config from some of these inputs: the read tasks it already parsed are not read or parsed again, their
+            shards are copied (server-side on S3, hard-linked on local disk) and checked against its sha256s, and
+            only the other tasks are parsed. The version published is the one a run from scratch makes, byte for
+            byte. Default: parse everything.
         options: the source's own options (its dataclass is the source's ``options_class``: flags of another
             source's options are refused); default: that dataclass's defaults.
     """
@@ -96,6 +105,7 @@ class ParseConfig:
     num_cpus: int = 2
     progress_every_s: float = 10.0
     max_unreadable: int = 0
+    reuse_from: str = ""
     options: object = chosen_section("source", registry.options_classes)
 
     def __post_init__(self):
@@ -152,7 +162,7 @@ class ParseConfig:
         """The fields that shape the output (they enter the version's identity): the common ones and the
         source's own."""
         out = {"source": self.source, "formats": self.effective_formats, "dataset": self.dataset,
-               "shard_size_mb": self.shard_size_mb, **self.make_source().output_config()}
+               "shard_size_mb": self.shard_size_mb, "shard_layout": SHARD_LAYOUT, **self.make_source().output_config()}
         return dict(sorted(out.items()))
 
 
@@ -285,7 +295,8 @@ def read_groups(tasks: pa.Table, *, source: stages.Source, group_bytes: float, p
                 max_unreadable: int = 0):
     """A read task: reads its work items in order and yields their inputs in groups of consecutive inputs of about
     ``group_bytes`` input bytes (an input is never split; a group never spans tasks), one row per group named
-    ``<task>-<group>``. Cut by the bytes read, the groups are the same on every run: shard boundaries follow.
+    ``<task>-<group>`` (the task's ``stages.task_key``). Cut by the bytes read, the groups are the same on every run
+    and in every plan that holds the task: shard boundaries and names follow.
 
     Each item read is told to ``progress`` (a ``ReadProgress`` actor), for the driver's progress line: reads go on
     while a group fills, so the line moves before the first group is parsed. A work item the store will not deliver
@@ -299,12 +310,12 @@ def read_groups(tasks: pa.Table, *, source: stages.Source, group_bytes: float, p
                 count += 1
                 size += len(row["payload"] or b"")
                 if size >= group_bytes:
-                    yield _group_row(f"{task:05d}-{number:03d}", rows)
+                    yield _group_row(f"{task}-{number:03d}", rows)
                     rows, size, number = [], 0, number + 1
             if progress is not None:
                 progress.add.remote(item["id"], stages.planned_bytes(item, group_bytes), count)
         if rows:
-            yield _group_row(f"{task:05d}-{number:03d}", rows)
+            yield _group_row(f"{task}-{number:03d}", rows)
 
 
 class ReadProgress:
@@ -345,6 +356,74 @@ def version_spec(cfg: ParseConfig, plan: stages.Plan):
                        planned_inputs=plan.identity())
 
 
+# ---------------------------------------------------------------------------- reuse (--reuse-from)
+COPY_BATCH_FILES = 64
+"""Reused shards copied (and checked) per Ray task: a task's start costs about what checking one shard does."""
+COPIES_IN_FLIGHT = 4
+"""Copy tasks running at once. They ask for no CPU (they wait on the store; a sha256 reads ~1 GB/s), so that they
+never hold back the parse actors and read tasks, whose CPUs Ray Data plans with (a copy task at a quarter CPU held
+an incremental job's one read task back for a minute on 2 cores); the window bounds them instead."""
+
+
+class ReusedCopies:
+    """The reused tasks' shards copied into the version in input order (``copy``: ``writer.copy_reused`` as a Ray
+    task), ``COPY_BATCH_FILES`` to a task, ``COPIES_IN_FLIGHT`` tasks at a time, running ahead of the driver, which
+    waits (``ready``) only for the copies of the task it is about to hand the publisher."""
+
+    def __init__(self, copy, earlier_uri: str, version_uri: str, keys: list[str], reused: dict[str, list]):
+        self.copy, self.earlier_uri, self.version_uri = copy, earlier_uri, version_uri
+        self.batches: list[list] = [[]]
+        self.last_batch: dict[str, int] = {}  # task → the batch holding its last shard
+        for key in keys:
+            for entry in reused.get(key, ()):
+                if len(self.batches[-1]) == COPY_BATCH_FILES:
+                    self.batches.append([])
+                self.batches[-1].append(entry)
+                self.last_batch[key] = len(self.batches) - 1
+        self.refs: list = []
+        self.done = 0  # batches known to be copied
+        self._launch(COPIES_IN_FLIGHT)
+
+    def _launch(self, upto: int) -> None:
+        while len(self.refs) < min(upto, len(self.batches)) and self.batches[len(self.refs)]:
+            self.refs.append(self.copy.remote(self.earlier_uri, self.version_uri, self.batches[len(self.refs)]))
+
+    def ready(self, key: str) -> None:
+        """Return once every shard of task ``key`` is copied and checked (raises what a copy raised)."""
+        import ray
+
+        if key not in self.last_batch:
+            return
+        need = self.last_batch[key] + 1
+        self._launch(need + COPIES_IN_FLIGHT)
+        if need > self.done:
+            ray.get(self.refs[self.done:need])
+            self.done = need
+        self._launch(self.done + COPIES_IN_FLIGHT)
+
+
+def in_plan_order(keys: list[str], reused: dict, stored, parsed, ready):
+    """``(GroupResult, reused)`` of every group in the plan's order: a reused task's groups from the earlier version
+    (``stored``: ``(task, groups)`` of the reused tasks, in order) once ``ready(task)`` returns (its shards are
+    copied), every other task's from ``parsed`` (the job's groups, in order) as they come. The first parsed group
+    is waited for first, so the copies and the parsing run at once."""
+    pending = next(parsed, None)
+    for key in keys:
+        if key in reused:
+            task, groups = next(stored)
+            if task != key:
+                raise AssertionError(f"the earlier version gave task {task} where {key} was expected")
+            ready(key)
+            for group in groups:
+                yield group, True
+            continue
+        while pending is not None and stages.task_of(pending.group) == key:
+            yield pending, False
+            pending = next(parsed, None)
+    if pending is not None:
+        raise AssertionError(f"group {pending.group} is of no planned read task, or out of order")
+
+
 # ---------------------------------------------------------------------------- driver
 def init_ray(cfg: ParseConfig) -> None:
     """The job's cluster under ``ray job submit``, else a local Ray on 127.0.0.1; token auth on for both."""
@@ -376,51 +455,72 @@ def run(cfg: ParseConfig, *, log=print):
     # so a small job's progress line moves once, at its end.
     group_bytes = min(cfg.shard_size_mb * BYTES_PER_MIB / source.shard_bytes_per_input_byte, MAX_GROUP_INPUT_BYTES)
     tasks = stages.pack_tasks(plan.items, group_bytes)
+    keys = [stages.task_key(t) for t in tasks]
+    earlier = EarlierVersion(cfg.reuse_from, spec) if cfg.reuse_from else None
+    reused = earlier.reusable(keys) if earlier is not None else {}
+    if len(set(keys)) != len(keys):  # items with the same ids twice: their tasks cannot be told apart
+        reused = {}
+    todo = [(key, task) for key, task in zip(keys, tasks, strict=True) if key not in reused]
     log(f"[parse] source={cfg.source} formats={cfg.effective_formats or 'all'} work items={len(plan.items)} "
         f"read tasks={len(tasks)} → {spec.uri}")
+    if earlier is not None:
+        log(f"[parse] reusing {len(reused)} of {len(tasks)} read tasks ({sum(map(len, reused.values()))} shards) "
+            f"from {earlier.uri}; reading and parsing {len(todo)}")
     need, have = (cfg.num_parse_actors + 0.5) * cfg.cpus_per_actor, ray.cluster_resources().get("CPU", 0)
-    if need > have:  # the actors hold their CPUs for the whole job: without room for one read task nothing moves
+    if todo and need > have:  # the actors hold their CPUs for the whole job: without room for a read task nothing moves
         log(f"[parse] warning: {cfg.num_parse_actors} parse actors x {cfg.cpus_per_actor} CPU and a read task need "
             f"{need:g} CPUs, the cluster has {have:g}: the job waits until nodes are added (lower --num-parse-actors "
             "or --cpus-per-actor otherwise)")
     env = _storage_env()
     runtime_env = {"runtime_env": {"env_vars": env}} if env else {}
-    ds = ray.data.from_items([{"task": i, "items": json.dumps(t)} for i, t in enumerate(tasks)],
-                             override_num_blocks=max(1, len(tasks)))
-    # Reads wait on storage and decompress; they ask for half an actor's CPU. A request unlike the actors' also keeps
-    # Ray Data from fusing the read into the parse actors, which would then parse every group of a read task (a whole
-    # archive) on one actor instead of spreading its groups over all of them.
-    reads = ray.data.TaskPoolStrategy(size=min(cfg.num_parse_actors, len(tasks))) if source.bounded_reads else None
     # on the driver's node: the job ends with that node anyway, and on a lost node the progress line, polled until
     # the end, would fail a job whose every group was parsed
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     reader = ray.remote(num_cpus=0, scheduling_strategy=here)(ReadProgress).remote()
-    ds = ds.map_batches(read_groups, batch_size=1, batch_format="pyarrow", num_cpus=cfg.cpus_per_actor / 2,
-                        fn_kwargs={"source": source, "group_bytes": group_bytes, "progress": reader,
-                                   "max_unreadable": cfg.max_unreadable}, compute=reads,
-                        **runtime_env)
-    ds = ds.map_batches(ParseInputs, batch_format="pyarrow", batch_size=1,
-                        compute=ray.data.ActorPoolStrategy(size=cfg.num_parse_actors), num_cpus=cfg.cpus_per_actor,
-                        fn_constructor_kwargs={"source": source, "version_uri": spec.uri,
-                                               "shard_size_mb": cfg.shard_size_mb}, **runtime_env)
+    parsed = iter(())
+    if todo:
+        ds = ray.data.from_items([{"task": key, "items": json.dumps(task)} for key, task in todo],
+                                 override_num_blocks=len(todo))
+        # Reads wait on storage and decompress; they ask for half an actor's CPU. A request unlike the actors' also
+        # keeps Ray Data from fusing the read into the parse actors, which would then parse every group of a read
+        # task (a whole archive) on one actor instead of spreading its groups over all of them.
+        reads = ray.data.TaskPoolStrategy(size=min(cfg.num_parse_actors, len(todo))) if source.bounded_reads else None
+        ds = ds.map_batches(read_groups, batch_size=1, batch_format="pyarrow", num_cpus=cfg.cpus_per_actor / 2,
+                            fn_kwargs={"source": source, "group_bytes": group_bytes, "progress": reader,
+                                       "max_unreadable": cfg.max_unreadable}, compute=reads,
+                            **runtime_env)
+        ds = ds.map_batches(ParseInputs, batch_format="pyarrow", batch_size=1,
+                            compute=ray.data.ActorPoolStrategy(size=cfg.num_parse_actors),
+                            num_cpus=cfg.cpus_per_actor,
+                            fn_constructor_kwargs={"source": source, "version_uri": spec.uri,
+                                                   "shard_size_mb": cfg.shard_size_mb}, **runtime_env)
+        parsed = (result for block in ds.iter_batches(batch_format="pyarrow", batch_size=None)
+                  for result in GroupResult.from_arrow(block))
+    copies = ReusedCopies(ray.remote(num_cpus=0, **runtime_env)(copy_reused), earlier.uri, spec.uri, keys,
+                          reused) if reused else None
     rewrite = ray.remote(num_cpus=cfg.cpus_per_actor, **runtime_env)(drop_rows)
     publisher = VersionPublisher(spec, schema=parser.schema, index_schema=parser.index_schema,
                                  parquet_options=parser.parquet_options, max_unreadable=cfg.max_unreadable,
                                  rewrite=lambda *args: ray.get(rewrite.remote(*args)),
-                                 license=registry.source_license(cfg.source))
-    progress = ParseProgress(plan, group_bytes, reader, publisher, Ticker(cfg.progress_every_s, log))
+                                 license=registry.source_license(cfg.source), keep_tasks=True)
+    progress = ParseProgress(stages.Plan([item for _, task in todo for item in task], plan.revision), group_bytes,
+                             reader, publisher, Ticker(cfg.progress_every_s, log))
+    stored = earlier.groups([key for key in keys if key in reused]) if reused else iter(())
     try:
         with progress:
-            for block in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-                for result in GroupResult.from_arrow(block):
-                    publisher.add_group(result)
+            for result, was_reused in in_plan_order(keys, reused, stored, parsed,
+                                                    copies.ready if copies is not None else None):
+                publisher.add_group(result)
+                if was_reused:
+                    progress.reused_inputs += len(result.records)
+                    progress.reused_rows += sum(r.num_rows for r in result.records if r.status == "written")
         published = publisher.publish()
     except BaseException:
         publisher.abort()
         raise
     for name in published.removed:
         log(f"[parse] removed {name}: a file of a run that was killed or had other contents")
-    _summary(published, parser, time.monotonic() - progress.start, log)
+    _summary(published, parser, time.monotonic() - progress.start, log, reused_rows=progress.reused_rows)
     return published
 
 
@@ -434,6 +534,7 @@ class ParseProgress:
         self.total_inputs = plan.num_inputs()
         self.total_bytes = sum(stages.planned_bytes(item, group_bytes) for item in plan.items)
         self.reader, self.publisher, self.ticker = reader, publisher, ticker
+        self.reused_inputs = self.reused_rows = 0  # of reused tasks (--reuse-from): not parsed by this job
         self.start = time.monotonic()
         self.stop = None
 
@@ -444,14 +545,17 @@ class ParseProgress:
         share = min(read_bytes / self.total_bytes, 1.0) if self.total_bytes else 1.0
         elapsed_s = time.monotonic() - self.start
         p = self.publisher
-        parsed = f"{p.inputs:,} parsed"
+        inputs, rows = p.inputs - self.reused_inputs, p.rows - self.reused_rows
+        parsed = f"{inputs:,} parsed"
         if self.total_inputs:
             read_inputs = min(read_inputs, self.total_inputs)
             fields = {"": parsed}
         else:  # archives and row groups hold an unknown number of inputs until read: their bytes tell the share
-            fields = {"": f"{100.0 * share:.0f}% of the input bytes", "parsed": f"{p.inputs:,}"}
-        fields |= {"rows": f"{p.rows:,}", "rows/s": f"{p.rows / max(elapsed_s, 1e-9):,.0f}",
+            fields = {"": f"{100.0 * share:.0f}% of the input bytes", "parsed": f"{inputs:,}"}
+        fields |= {"rows": f"{rows:,}", "rows/s": f"{rows / max(elapsed_s, 1e-9):,.0f}",
                    "quarantined": f"{sum(p.quarantined.values()):,}"}
+        if self.reused_inputs:
+            fields["reused"] = f"{self.reused_inputs:,} inputs"
         return progress_line("parse", read_inputs, self.total_inputs, "inputs read", fields,
                              eta_s(share, 1.0, elapsed_s))
 
@@ -490,7 +594,7 @@ def next_steps(parser: type[stages.Parser], uri: str) -> list[str]:
     return lines
 
 
-def _summary(published, parser: type[stages.Parser], elapsed_s: float, log) -> None:
+def _summary(published, parser: type[stages.Parser], elapsed_s: float, log, *, reused_rows: int = 0) -> None:
     m = published.manifest
     c = m.counts
     total_mib = sum(f.bytes for f in m.files) / BYTES_PER_MIB
@@ -499,8 +603,9 @@ def _summary(published, parser: type[stages.Parser], elapsed_s: float, log) -> N
     for kind, reasons in (("filtered", c.filtered), ("quarantined", c.quarantined)):
         for reason, n in reasons.items():
             log(f"[parse]   {kind} {reason}: {n}")
+    reused = f" ({reused_rows} rows reused, not counted)" if reused_rows else ""
     log(f"[parse] {parser.describe(c)} in {len(m.files)} shards ({total_mib:.1f} MiB), "
-        f"{c.rows / max(elapsed_s, 1e-9):.0f} rows/s over {elapsed_s:.1f}s")
+        f"{(c.rows - reused_rows) / max(elapsed_s, 1e-9):.0f} rows/s over {elapsed_s:.1f}s{reused}")
     log("[parse] " + ("already published with identical contents: " if published.reused else "published: ")
         + f"{m.dataset}/{m.version}")
     for line in next_steps(parser, published.uri):
@@ -508,14 +613,15 @@ def _summary(published, parser: type[stages.Parser], elapsed_s: float, log) -> N
     log(published.uri)
 
 
-def store_failure(err: BaseException) -> StorageError | LostInputsError | None:
-    """The store failure behind a job's exception, however Ray wrapped it (a read task's ``RayTaskError``, Ray Data's
-    ``UserCodeException``), or None when the job failed for another reason. The innermost one: Ray's wrapper is an
-    instance of the error it wraps too, but its message is the remote traceback."""
+def store_failure(err: BaseException, kinds: tuple[type, ...] = (StorageError, LostInputsError)):
+    """The store failure behind a job's exception (or the error of one of ``kinds``), however Ray wrapped it (a read
+    task's ``RayTaskError``, Ray Data's ``UserCodeException``), or None when the job failed for another reason. The
+    innermost one: Ray's wrapper is an instance of the error it wraps too, but its message is the remote
+    traceback."""
     found, seen = None, set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
-        if isinstance(err, (StorageError, LostInputsError)):
+        if isinstance(err, kinds):
             found = err
         wrapped = getattr(err, "cause", None)  # RayTaskError's
         err = (wrapped if isinstance(wrapped, BaseException) else None) or err.__cause__ or err.__context__
@@ -527,6 +633,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         run(cfg)
     except Exception as err:
+        if (unusable := store_failure(err, (ReuseError,))) is not None:
+            print(f"[parse] failed: {unusable}\n[parse] nothing was published.", file=sys.stderr)
+            sys.exit(1)
         failure = store_failure(err)
         if failure is None:
             raise

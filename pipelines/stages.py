@@ -100,19 +100,49 @@ def planned_bytes(item: dict, budget_bytes: float) -> float:
     return item["bytes"] if item.get("bytes") is not None else item.get("estimate_bytes") or budget_bytes
 
 
+def _boundary_draw(item_id: str) -> float:
+    """A number in [0, 1) fixed by a work item's id alone (sha256): where ``pack_tasks`` cuts."""
+    return int.from_bytes(hashlib.sha256(item_id.encode()).digest()[:8], "big") / 2.0 ** 64
+
+
 def pack_tasks(items: list[dict], budget_bytes: float) -> list[list[dict]]:
-    """Consecutive work items in read tasks of about ``budget_bytes`` bytes (a larger item is a task alone; items
-    weigh their ``planned_bytes``). Deterministic: shard boundaries follow."""
-    tasks, current, size = [], [], 0.0
+    """Consecutive work items in read tasks of about ``budget_bytes`` bytes on average, cut where the items
+    themselves say, never where a running total reaches the budget: a new task starts at an item when its id's
+    draw (``_boundary_draw``) falls under its share of a budget (its ``planned_bytes`` / ``budget_bytes``), when
+    it weighs a whole budget or more, or when the item before it does (a large item is a task alone).
+
+    Every cut depends only on the item at it and the one before, so inserting, appending or removing an item
+    changes the task that holds it (and at most the one beside it) and no other: every other task has the same
+    items, so the same groups, shard bytes and names (``task_key``) as before. That is what lets a job over more
+    inputs reuse an earlier version's shards (``pipelines.writer.EarlierVersion``). A running total, as before
+    ``SHARD_LAYOUT`` 2, shifted every task after an inserted item. Task sizes vary about the budget (roughly
+    exponentially: a read task cuts its groups by the bytes read, so shards are at most about the budget)."""
+    tasks: list[list[dict]] = []
+    previous_weight = 0.0
     for item in items:
-        current.append(item)
-        size += planned_bytes(item, budget_bytes)
-        if size >= budget_bytes:
-            tasks.append(current)
-            current, size = [], 0.0
-    if current:
-        tasks.append(current)
+        weight = planned_bytes(item, budget_bytes)
+        cut = (not tasks or previous_weight >= budget_bytes or weight >= budget_bytes
+               or _boundary_draw(item["id"]) < weight / budget_bytes)
+        if cut:
+            tasks.append([])
+        tasks[-1].append(item)
+        previous_weight = weight
     return tasks
+
+
+def task_key(task: list[dict]) -> str:
+    """A read task's name: sha256 over its items' ids and planned sizes, in order (16 hex digits). Its groups are
+    ``<key>-<n>`` and its shards ``part-<key>-<n>-<k>-<sha>``: the same task gives the same names in any plan,
+    wherever it stands in it."""
+    digest = hashlib.sha256()
+    for item in task:
+        digest.update(f"{item['id']}\t{item.get('bytes')}\t{item.get('estimate_bytes')}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def task_of(group: str) -> str:
+    """The read task (``task_key``) of a group name ``<key>-<n>``."""
+    return group.rsplit("-", 1)[0]
 
 
 @dataclass(frozen=True, kw_only=True)

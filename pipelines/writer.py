@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -38,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.stages import InputRecord, ParsedBatch, record_table, records_of, struct_table
+from pipelines.stages import InputRecord, ParsedBatch, record_table, records_of, struct_table, task_of
 from shards_schema import storage
 from shards_schema.card import UNKNOWN_LICENSE, SourceLicense, card_file, dataset_card
 from shards_schema.manifest import CARD_NAME, MANIFEST_FORMAT, MANIFEST_NAME, Counts, FileEntry, Manifest
@@ -47,6 +48,14 @@ from shards_schema.versions import CodeVersions
 
 BYTES_PER_MIB = 1 << 20
 """``--shard-size-mb`` (``shard_size_mb``) and the sizes the jobs print are MiB: 2**20 bytes, not 10**6."""
+
+SHARD_LAYOUT = 2
+"""How the parse job cuts a version's inputs into read tasks, groups and shards; it enters the version's name through
+the job's output config (``shard_layout``), so a change of the cut, which changes a version's files but not its rows
+(no schema, parser or observation bump: ``shards_schema/versions.py``), gets a new name instead of conflicting with
+a version the old cut published. 2: read tasks cut where their items say (``pipelines.stages.pack_tasks``), named by
+their items (``task_key``); versions carry their tasks file (``Manifest.tasks``). Versions without the key were cut
+by a running total (layout 1)."""
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _ROW_GROUP_ROWS = 16_384
@@ -261,6 +270,23 @@ class GroupResult:
         return out
 
 
+_GROUP_SCHEMA = GroupResult("", [], [], []).to_arrow().schema
+TASKS_SCHEMA = pa.schema([("task", pa.string()), ("lost", pa.int64()), *_GROUP_SCHEMA])
+"""A version's tasks file (``tasks-<sha256[:12]>.parquet``, named in its manifest's ``extra.tasks``): one row per
+group, in input order, as its worker handed it to the driver, before the driver dropped duplicates of earlier groups:
+its read task (``pipelines.stages.task_key``), how many of its inputs the store did not deliver (``lost``), and the
+``GroupResult`` columns (a record and placement per input, the shard files it wrote). A later job over more inputs
+hands these rows to its publisher in place of parsing the task again (``EarlierVersion``)."""
+
+
+def task_rows(result: GroupResult) -> pa.Table:
+    """A group's row of the tasks file."""
+    row = result.to_arrow()
+    lost = sum(r.lost for r in result.records)
+    return pa.Table.from_arrays([pa.array([task_of(result.group)]), pa.array([lost], pa.int64()), *row.columns],
+                                schema=TASKS_SCHEMA)
+
+
 UNFIT_ROWS = (ValueError, TypeError, pa.ArrowNotImplementedError, pa.ArrowCapacityError, pa.ArrowIndexError,
               pa.ArrowKeyError)
 """What Arrow raises for rows it cannot cast to a schema or encode as Parquet (``ArrowInvalid`` is a ValueError,
@@ -462,6 +488,8 @@ class VersionPublisher:
 
     ``rewrite`` runs ``drop_rows`` (the job hands it to a Ray task, so the driver never encodes shards).
     ``license``: the terms of the source's inputs, stated on the version's dataset card (``Source.license``).
+    ``keep_tasks``: also write the tasks file (``TASKS_SCHEMA``) from the groups as they come, before duplicates of
+    earlier groups are dropped (the parse job's versions: a later job over more inputs reuses their shards).
 
     Inputs the store did not deliver (``InputRecord.lost``) are counted against ``max_unreadable``: one more stops
     the job at once (``LostInputsError``). Accepted ones make the version's name include them
@@ -469,9 +497,10 @@ class VersionPublisher:
 
     def __init__(self, spec: VersionSpec, *, schema: pa.Schema, index_schema: pa.Schema,
                  parquet_options: dict | None = None, max_unreadable: int = 0,
-                 rewrite: Callable[..., FileEntry | None] | None = None, license: SourceLicense = UNKNOWN_LICENSE):
+                 rewrite: Callable[..., FileEntry | None] | None = None, license: SourceLicense = UNKNOWN_LICENSE,
+                 keep_tasks: bool = False):
         self.spec, self.schema, self.index_schema, self.parquet_options = spec, schema, index_schema, parquet_options
-        self.license = license
+        self.license, self.keep_tasks = license, keep_tasks
         self.max_unreadable = max_unreadable
         self.lost: list[InputRecord] = []
         self._rewrite = rewrite or drop_rows
@@ -486,6 +515,8 @@ class VersionPublisher:
         self.relabelled: Counter = Counter()
 
     def add_group(self, result: GroupResult) -> None:
+        if self.keep_tasks:
+            self._append_table("tasks", task_rows(result))
         records, placements = list(result.records), list(result.placements)
         drops: dict[str, list[tuple[int, int]]] = {}
         for i, record in enumerate(records):
@@ -534,11 +565,14 @@ class VersionPublisher:
         self._append("quarantine", quarantine, QUARANTINE_SCHEMA)
 
     def _append(self, name: str, rows: list[dict], schema: pa.Schema) -> None:
+        self._append_table(name, pa.Table.from_pylist(rows, schema=schema))
+
+    def _append_table(self, name: str, table: pa.Table) -> None:
         writer = self._writers.get(name)
         if writer is None:
-            writer = self._writers[name] = pq.ParquetWriter(self._local / name, schema, **_PARQUET_OPTIONS)
-        if rows:
-            writer.write_table(pa.Table.from_pylist(rows, schema=schema))
+            writer = self._writers[name] = pq.ParquetWriter(self._local / name, table.schema, **_PARQUET_OPTIONS)
+        if table.num_rows:
+            writer.write_table(table)
 
     def counts(self) -> Counts:
         return Counts(inputs=self.inputs, written=self.written, filtered=dict(sorted(self.filtered.items())),
@@ -576,6 +610,7 @@ class VersionPublisher:
                     storage.copy(storage.join(self.spec.uri, entry.path), storage.join(spec.uri, entry.path))
         index_entry = self._seal(spec.uri, "index", self.index_schema)
         quarantine_entry = self._seal(spec.uri, "quarantine", QUARANTINE_SCHEMA)
+        tasks_entry = self._seal(spec.uri, "tasks", TASKS_SCHEMA) if self.keep_tasks else None
         shutil.rmtree(self._local, ignore_errors=True)
         manifest = Manifest(
             manifest_format=MANIFEST_FORMAT, dataset=spec.dataset, version=spec.version,
@@ -586,7 +621,10 @@ class VersionPublisher:
             git_commit=git_commit(),
         )
         card = self.card(manifest)
-        manifest = replace(manifest, extra={"card": dataclasses.asdict(card_file(card))})
+        extra = {"card": dataclasses.asdict(card_file(card))}
+        if tasks_entry is not None:
+            extra["tasks"] = dataclasses.asdict(tasks_entry)
+        manifest = replace(manifest, extra=extra)
         manifest_uri, card_uri = storage.join(spec.uri, MANIFEST_NAME), storage.join(spec.uri, CARD_NAME)
         # The card's name is the hub's, not a content name: it is written only while the version is unpublished
         # (a card there then is a killed run's), so a published version's card is never replaced by a re-run's.
@@ -624,8 +662,8 @@ def _contents(m: Manifest) -> tuple:
 
 
 def _names(m: Manifest) -> set[str]:
-    card = [m.card.path] if m.card is not None else []
-    return {MANIFEST_NAME, m.index_file.path, m.quarantine_file.path, *(f.path for f in m.files), *card}
+    extra = [e.path for e in (m.card, m.tasks) if e is not None]
+    return {MANIFEST_NAME, m.index_file.path, m.quarantine_file.path, *(f.path for f in m.files), *extra}
 
 
 def remove_unlisted(version_uri: str, manifest: Manifest, *, only: set[str] | None = None) -> list[str]:
@@ -643,6 +681,186 @@ def remove_unlisted(version_uri: str, manifest: Manifest, *, only: set[str] | No
             continue
         removed.append(rel)
     return removed
+
+
+# ---------------------------------------------------------------------------- reusing an earlier version
+class ReuseError(ValueError):
+    """An earlier version (``--reuse-from``) whose shards this job cannot reuse, or whose files do not match its
+    manifest; nothing is published."""
+
+
+_HUB_COMMIT = re.compile(r"[^@\s]+/[^@\s]+@[0-9a-f]{40}")
+
+
+def _same_inputs_revision(earlier: str | None, ours: str | None) -> bool:
+    """Whether inputs pinned to ``earlier`` and to ``ours`` are the same inputs where their ids and sizes are: the
+    same revision, or two commits of one hub dataset (``owner/name@<commit>``: a dataset that grew on the hub is
+    a new commit). A generator's revision (``pokemon-showdown@<version>+generator-<hash>``) must be equal."""
+    if earlier == ours:
+        return True
+    return (earlier is not None and ours is not None and bool(_HUB_COMMIT.fullmatch(earlier))
+            and bool(_HUB_COMMIT.fullmatch(ours)) and earlier.split("@")[0] == ours.split("@")[0])
+
+
+def reuse_differences(manifest: Manifest, spec: VersionSpec) -> list[str]:
+    """What keeps the version ``manifest`` describes from giving its shards to a job writing ``spec`` (empty: it
+    can): the code versions must be equal (not only their majors: a minor bump may add columns), and so must the
+    source, the dataset, the output config and the inputs' revision (up to a hub dataset's newer commit)."""
+    c = spec.code
+    out = []
+    for what, theirs, ours in (("dataset", manifest.dataset, spec.dataset), ("source", manifest.source, spec.source),
+                               ("schema version", manifest.schema_version, c.schema),
+                               ("parser version", manifest.parser_version, c.parser),
+                               ("observation version", manifest.observation_version, c.observation)):
+        if theirs != ours:
+            out.append(f"{what} {theirs} (this job: {ours})")
+    if not _same_inputs_revision(manifest.source_revision, spec.source_revision):
+        out.append(f"inputs revision {manifest.source_revision} (this job: {spec.source_revision})")
+    for key in sorted(set(manifest.config) | set(spec.config)):
+        theirs, ours = manifest.config.get(key, "<absent>"), spec.config.get(key, "<absent>")
+        if theirs != ours:
+            out.append(f"config {key}={json.dumps(theirs)} (this job: {json.dumps(ours)})")
+    return out
+
+
+class EarlierVersion:
+    """A published version of the same code and config whose read tasks a job over more inputs reuses.
+
+    A task is reused when the earlier version holds a task of the same key (the same items, ids and sizes:
+    ``pipelines.stages.task_key``), whose groups lost no input to the store and whose shards the earlier version
+    published as its workers wrote them: a shard the earlier driver rewrote to drop a duplicate of an earlier group
+    no longer holds the rows the task's records place in it, so that task is parsed again (duplicates across
+    groups are rare). The publisher is handed the task's groups exactly as its workers handed them to the earlier
+    driver, so it drops duplicates, counts and indexes them as a run from scratch would: the result is the same
+    bytes. The tasks file is checked against the sha256 its manifest gives before it is read; each reused shard is
+    checked after it is copied (``copy_reused``)."""
+
+    def __init__(self, uri: str, spec: VersionSpec):
+        self.uri = storage.normalize(str(uri))
+        if storage.scheme(self.uri) != storage.scheme(spec.out_root):
+            raise ReuseError(f"--reuse-from {self.uri} is on another store than --out {spec.out_root}: its shards are "
+                             "copied within one store; copy the version next to --out first, or run without "
+                             "--reuse-from")
+        if not storage.exists(storage.join(self.uri, MANIFEST_NAME)):
+            raise ReuseError(f"--reuse-from {self.uri} is not a published version (no {MANIFEST_NAME}): give the "
+                             "folder of one (the last line a parse job prints)")
+        self.manifest = Manifest.load(self.uri)
+        if differences := reuse_differences(self.manifest, spec):
+            raise ReuseError(f"--reuse-from {self.uri} was made by other code or config, so its shards are not this "
+                             f"job's: " + "; ".join(differences) + ". Run without --reuse-from (every input is "
+                             "parsed), or with the command and code that made it")
+        if self.manifest.tasks is None:
+            raise ReuseError(f"--reuse-from {self.uri} has no tasks file (published before shard layout "
+                             f"{SHARD_LAYOUT}, or not by the parse job): run once without --reuse-from")
+        self._tasks_uri = storage.join(self.uri, self.manifest.tasks.path)
+        self._rows: dict[str, tuple[int, int]] = {}
+
+    def reusable(self, keys: list[str]) -> dict[str, list[FileEntry]]:
+        """Of the job's read tasks (``keys``, in input order), those this version gives, each with the shard files
+        its groups wrote. Reads the tasks file's small columns only."""
+        entry = self.manifest.tasks
+        digest, size = hashlib.sha256(), 0
+        with storage.open_stream(self._tasks_uri) as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+        if (digest.hexdigest(), size) != (entry.sha256, entry.bytes):
+            raise ReuseError(f"{self._tasks_uri} does not match the sha256 and size its manifest gives: the earlier "
+                             "version is damaged; run without --reuse-from")
+        fs, path = storage.resolve(self._tasks_uri)
+        table = storage.retrying("read", self._tasks_uri,
+                                 lambda: pq.read_table(path, filesystem=fs, columns=["task", "lost", "files"]))
+        published = {f.path: f for f in self.manifest.files}
+        found: dict[str, list] = {}  # task → [first row, last row, files, whole]
+        for row, (task, lost, files) in enumerate(zip(*(table.column(c).to_pylist() for c in table.column_names),
+                                                      strict=True)):
+            entries = [FileEntry(**f) for f in files]
+            whole = lost == 0 and all(published.get(f.path) == f for f in entries)
+            if task in found:
+                found[task][1] = row
+                found[task][2].extend(entries)
+                found[task][3] = found[task][3] and whole
+            else:
+                found[task] = [row, row, entries, whole]
+        out, after = {}, -1
+        for key in keys:
+            first, last, entries, whole = found.get(key, (None, None, None, False))
+            if whole and first > after:  # in the earlier version's order too: its rows are read as one pass
+                out[key] = entries
+                self._rows[key] = (first, last)
+                after = last
+        return out
+
+    def groups(self, keys: list[str]):
+        """``(task, [GroupResult])`` of each key of ``reusable`` asked for, in that order, read from the tasks file in
+        one pass (memory: a batch of its rows)."""
+        wanted = iter(keys)
+        key = next(wanted, None)
+        current: list[GroupResult] = []
+        row = 0
+        with storage.open_input(self._tasks_uri) as fh:
+            for batch in pq.ParquetFile(fh).iter_batches(batch_size=256, columns=list(_GROUP_SCHEMA.names)):
+                table = pa.Table.from_batches([batch])
+                results = GroupResult.from_arrow(table)
+                for result in results:
+                    while key is not None and row > self._rows[key][1]:
+                        yield key, current
+                        current, key = [], next(wanted, None)
+                    if key is not None and self._rows[key][0] <= row <= self._rows[key][1]:
+                        current.append(result)
+                    row += 1
+        while key is not None:
+            if row <= self._rows[key][1]:
+                raise ReuseError(f"{self._tasks_uri} ended before task {key}'s groups: the earlier version is "
+                                 "damaged; run without --reuse-from")
+            yield key, current
+            current, key = [], next(wanted, None)
+
+
+def _matches(uri: str, entry: FileEntry) -> bool:
+    data = storage.read_bytes(uri)
+    return len(data) == entry.bytes and hashlib.sha256(data).hexdigest() == entry.sha256
+
+
+def _copy_whole(src: str, dst: str) -> None:
+    """``src`` to ``dst`` on one store, never visible half-written: on S3 a server-side copy (an object appears
+    whole); on local disk a hard link (no bytes copied: a version's files are never written in place), else a copy
+    under a hidden temporary name, renamed."""
+    if not storage.is_local(dst):
+        storage.copy(src, dst)
+        return
+    source, target = storage.local_path(src), storage.local_path(dst)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    tmp = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.tmp-{os.urandom(6).hex()}")
+    try:
+        try:
+            os.link(source, tmp)
+        except OSError:  # another filesystem, or one without hard links
+            shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def copy_reused(earlier_uri: str, version_uri: str, entries: list[FileEntry]) -> int:
+    """Copy an earlier version's shards into this version's folder (a Ray task: the bytes never reach the driver),
+    each read back and checked against the sha256 and size the earlier manifest gives; a mismatch is copied once
+    more (a killed run's partial copy), then stops the job. Returns the bytes checked."""
+    checked = 0
+    for entry in entries:
+        src, dst = storage.join(earlier_uri, entry.path), storage.join(version_uri, entry.path)
+        if src != dst and not storage.exists(dst):
+            _copy_whole(src, dst)
+        if not _matches(dst, entry):
+            if src != dst:
+                storage.delete(dst)
+                _copy_whole(src, dst)
+            if not _matches(dst, entry):
+                raise ReuseError(f"{src} does not match the sha256 and size the manifest of {earlier_uri} gives: "
+                                 "the earlier version is damaged; run without --reuse-from")
+        checked += entry.bytes
+    return checked
 
 
 # ---------------------------------------------------------------------------- in one process

@@ -109,7 +109,10 @@ class Manifest:
         quarantine_file: the quarantine table.
         git_commit: commit of the code that wrote it (``unknown`` outside a git checkout).
         extra: entries beside the layout, which readers of this ``manifest_format`` that do not know them ignore:
-            ``card``, the dataset card (``CardFile`` fields; absent from versions published without one).
+            ``card``, the dataset card (``CardFile`` fields; absent from versions published without one);
+            ``tasks``, the read tasks' group records (``FileEntry`` fields; ``pipelines.writer.TASKS_SCHEMA``),
+            what a later job over more inputs reuses this version's shards from (absent from versions published
+            before them, and from versions not written by the parse job).
     """
 
     manifest_format: int
@@ -135,6 +138,12 @@ class Manifest:
         """The dataset card the writer wrote with this version, or None for a version published without one."""
         entry = self.extra.get("card")
         return CardFile(**entry) if entry is not None else None
+
+    @property
+    def tasks(self) -> FileEntry | None:
+        """The file of the version's read tasks and their groups (``extra.tasks``), or None where there is none."""
+        entry = self.extra.get("tasks")
+        return FileEntry(**entry) if entry is not None else None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"

@@ -111,7 +111,7 @@ def test_a_name_is_registered_once():
 FLAGS = ["--allow-cpu", "--battles-per-chunk", "--cpus-per-actor", "--dataset", "--date-from", "--date-to",
          "--download", "--formats", "--hub-patterns", "--hub-repo", "--input", "--min-frames", "--min-rating",
          "--max-unreadable", "--num-battles", "--num-cpus", "--num-parse-actors", "--out", "--p1", "--p2",
-         "--progress-every-s",
+         "--progress-every-s", "--reuse-from",
          "--revision", "--seed", "--shard-size-mb", "--source", "--inputs-per-batch", "--tiny"]
 
 
@@ -143,19 +143,20 @@ def test_flags_stay_as_they_were_and_fill_the_sections(tmp_path, capsys):
 
 
 def test_output_config_is_what_it_was():
-    """These dicts enter version names: the same keys and values as the flat config had."""
+    """These dicts enter version names: the same keys and values as the flat config had, and the shard layout
+    (``pipelines.writer.SHARD_LAYOUT``: read tasks cut by their items since layout 2)."""
     assert ParseConfig(source="generated", out="o").output_config() == {
         "dataset": "", "formats": ["gen9randombattle", "gen1ou"], "num_battles": 100, "p1": "heuristic",
-        "p2": "random", "seed": 0, "shard_size_mb": 128.0, "source": "generated"}
+        "p2": "random", "seed": 0, "shard_layout": 2, "shard_size_mb": 128.0, "source": "generated"}
     assert ParseConfig(source="slp", out="o", input="x").output_config() == {
-        "allow_cpu": False, "dataset": "", "formats": [], "min_frames": 1200, "shard_size_mb": 128.0,
-        "source": "slp"}
+        "allow_cpu": False, "dataset": "", "formats": [], "min_frames": 1200, "shard_layout": 2,
+        "shard_size_mb": 128.0, "source": "slp"}
     assert set(ParseConfig(source="slp", out="o").output_config()) >= {"num_battles", "seed"}
     assert ParseConfig(source="pokechamp", out="o", input="x").output_config() == {
-        "dataset": "", "date_from": "", "date_to": "", "formats": [], "min_rating": None, "shard_size_mb": 128.0,
-        "source": "pokechamp"}
+        "dataset": "", "date_from": "", "date_to": "", "formats": [], "min_rating": None, "shard_layout": 2,
+        "shard_size_mb": 128.0, "source": "pokechamp"}
     assert ParseConfig(source="metamon", out="o", input="x").output_config() == {
-        "dataset": "", "formats": [], "shard_size_mb": 128.0, "source": "metamon"}
+        "dataset": "", "formats": [], "shard_layout": 2, "shard_size_mb": 128.0, "source": "metamon"}
 
 
 def test_a_group_sliced_from_a_larger_block_keeps_only_its_inputs():
