@@ -403,10 +403,6 @@ class MeleeSelfPlay:
     def start_policy(self, policy) -> None:
         """A fresh policy starts as initialized (no offline-RL policy plays Melee here)."""
 
-    def reference_policy(self):
-        """None: no reference policy to stay near (``--reference-kl`` needs an offline-RL start)."""
-        return None
-
     def extra(self) -> dict:
         """Nothing beside the policy: the world model and shards are named in the run's config."""
         return {}
