@@ -167,6 +167,10 @@ class ParseConfig:
 
 
 # ---------------------------------------------------------------------------- parse stage (runs in actors)
+_NO_GROUPS = GroupResult("", [], [], []).to_arrow().slice(0, 0)
+"""What a batch of heartbeats alone returns (``read_groups``): a block with no group."""
+
+
 class ParseInputs:
     """Runs the source's parser on raw inputs (``read_row`` rows); the parser's expensive set-up (dex, vocabulary)
     happens once per actor. As a Ray Data actor it takes groups (``read_groups`` rows), writes each group's shards
@@ -179,8 +183,10 @@ class ParseInputs:
         self.shard_size_bytes = int(shard_size_mb * BYTES_PER_MIB)
 
     def __call__(self, groups: pa.Table) -> pa.Table:
-        results = []
+        results = [_NO_GROUPS]
         for i, group in enumerate(groups.column("group").to_pylist()):
+            if group == HEARTBEAT:
+                continue
             inputs = stages.struct_table(groups.column("inputs")[i].values)
             writer = GroupWriter(self.version_uri, group, self.parser.schema, shard_size_bytes=self.shard_size_bytes,
                                  parquet_options=self.parser.parquet_options, index_rows=self.parser.index_rows,
@@ -292,7 +298,7 @@ def read_item(source: stages.Source, item: dict, *, max_unreadable: int,
 
 
 def read_groups(tasks: pa.Table, *, source: stages.Source, group_bytes: float, progress=None,
-                max_unreadable: int = 0):
+                max_unreadable: int = 0, heartbeat_s: float | None = None):
     """A read task: reads its work items in order and yields their inputs in groups of consecutive inputs of about
     ``group_bytes`` input bytes (an input is never split; a group never spans tasks), one row per group named
     ``<task>-<group>`` (the task's ``stages.task_key``). Cut by the bytes read, the groups are the same on every run
@@ -300,7 +306,13 @@ def read_groups(tasks: pa.Table, *, source: stages.Source, group_bytes: float, p
 
     Each item read is told to ``progress`` (a ``ReadProgress`` actor), for the driver's progress line: reads go on
     while a group fills, so the line moves before the first group is parsed. A work item the store will not deliver
-    is ``read_item``'s."""
+    is ``read_item``'s.
+
+    With ``heartbeat_s``, a group that has taken that long so far is announced by an empty row (``HEARTBEAT``)
+    after each further item, so Ray Data's no-progress guard sees the task move: a group of generated battles takes
+    as long as its simulator does (3,000 search battles in one 128 MiB group ran past the guard's 30 minutes on a
+    loaded machine while every work item was read in turn)."""
+    last = time.monotonic()
     for task, items_json in zip(tasks.column("task").to_pylist(), tasks.column("items").to_pylist(), strict=True):
         rows, size, number = [], 0, 0
         for item in json.loads(items_json):
@@ -311,11 +323,15 @@ def read_groups(tasks: pa.Table, *, source: stages.Source, group_bytes: float, p
                 size += len(row["payload"] or b"")
                 if size >= group_bytes:
                     yield _group_row(f"{task}-{number:03d}", rows)
-                    rows, size, number = [], 0, number + 1
+                    rows, size, number, last = [], 0, number + 1, time.monotonic()
             if progress is not None:
                 progress.add.remote(item["id"], stages.planned_bytes(item, group_bytes), count)
+            if heartbeat_s is not None and time.monotonic() - last >= heartbeat_s:
+                yield _group_row(HEARTBEAT, [])
+                last = time.monotonic()
         if rows:
             yield _group_row(f"{task}-{number:03d}", rows)
+            last = time.monotonic()
 
 
 class ReadProgress:
@@ -335,6 +351,11 @@ class ReadProgress:
 
     def snapshot(self) -> tuple[float, int]:
         return self.planned_bytes, self.inputs
+
+
+HEARTBEAT = ""
+"""The name of ``read_groups``' empty rows that only tell Ray Data a read task is alive; no group has it (a group's
+name starts with its task's key)."""
 
 
 def _group_row(group: str, rows: list[dict]) -> pa.Table:
@@ -444,9 +465,12 @@ def run(cfg: ParseConfig, *, log=print):
     warnings.filterwarnings("ignore", category=UserWarning,
                             message=r"The minimum number of concurrent actors for 'MapBatches\(ParseInputs\)'")
     # Ray Data holds a task's outputs until they fill a block of this size: at the default 128 MiB the groups of a
-    # read task reached the driver all at once as it ended, and the progress line stood still until then (a group
-    # row carries its inputs, so a group of any real size is a block of its own at 1 MiB)
-    ctx.target_max_block_size = 1 << 20
+    # read task reached the driver all at once as it ended, and the progress line stood still until then. At one
+    # byte every group, and every heartbeat of a read task (read_groups), leaves the task as its own block when
+    # yielded; a block of one row is never sliced.
+    ctx.target_max_block_size = 1
+    # a read task that fills a group slowly announces itself at a quarter of the guard's timeout (read_groups)
+    heartbeat_s = (ctx.execution_no_progress_timeout_s / 4 if ctx.execution_no_progress_timeout_s > 0 else None)
     source, parser = cfg.make_source(), cfg.parser
     plan = source.plan()
     spec = version_spec(cfg, plan)
@@ -487,7 +511,8 @@ def run(cfg: ParseConfig, *, log=print):
         reads = ray.data.TaskPoolStrategy(size=min(cfg.num_parse_actors, len(todo))) if source.bounded_reads else None
         ds = ds.map_batches(read_groups, batch_size=1, batch_format="pyarrow", num_cpus=cfg.cpus_per_actor / 2,
                             fn_kwargs={"source": source, "group_bytes": group_bytes, "progress": reader,
-                                       "max_unreadable": cfg.max_unreadable}, compute=reads,
+                                       "max_unreadable": cfg.max_unreadable, "heartbeat_s": heartbeat_s},
+                            compute=reads,
                             **runtime_env)
         ds = ds.map_batches(ParseInputs, batch_format="pyarrow", batch_size=1,
                             compute=ray.data.ActorPoolStrategy(size=cfg.num_parse_actors),

@@ -208,3 +208,35 @@ def test_read_tasks_tell_each_item_read_to_the_progress_counter():
     assert counter.snapshot() == (180.0, 5)
     assert [len(g.column("inputs")[0].values) for g in read_groups(tasks, source=Listed.__new__(Listed),
                                                                     group_bytes=60)] == [2, 3]
+
+
+def test_a_slow_group_sends_heartbeats_that_parse_to_nothing():
+    """A read task whose group fills slowly yields empty ``HEARTBEAT`` rows between items (here after every item:
+    ``heartbeat_s=0``) so Ray Data's no-progress guard sees it move; without them the groups are the same, and a
+    parse actor turns a heartbeat into no group at all."""
+    from pipelines.parse_replays import HEARTBEAT, ParseConfig, ParseInputs, read_groups
+    from pipelines.writer import GroupResult
+
+    class Listed(stages.Source):
+        parser = "none"
+
+        def plan(self):
+            raise NotImplementedError
+
+        def read(self, item):
+            return [stages.read_row(f"{item['id']}/{k}", b"x" * 10) for k in range(item["inputs"])]
+
+    items = [{"id": name, "bytes": 20, "inputs": 2} for name in "abc"]
+    tasks = pa.table({"task": ["t"], "items": [json.dumps(items)]})
+    source = Listed.__new__(Listed)
+    beating = [g.column("group")[0].as_py() for g in read_groups(tasks, source=source, group_bytes=50,
+                                                                  heartbeat_s=0.0)]
+    assert beating == [HEARTBEAT, HEARTBEAT, "t-000", HEARTBEAT, "t-001"]
+    with_beats = [g for g in read_groups(tasks, source=source, group_bytes=50, heartbeat_s=0.0)
+                  if g.column("group")[0].as_py() != HEARTBEAT]
+    assert [g.to_pylist() for g in with_beats] == [g.to_pylist() for g in read_groups(tasks, source=source,
+                                                                                       group_bytes=50)]
+    actor = ParseInputs(ParseConfig(source="metamon", input="unused", out="unused").make_source())
+    heartbeat = next(g for g in read_groups(tasks, source=source, group_bytes=50, heartbeat_s=0.0))
+    out = actor(heartbeat)
+    assert out.num_rows == 0 and GroupResult.from_arrow(out) == []
