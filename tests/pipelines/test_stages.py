@@ -240,3 +240,16 @@ def test_a_slow_group_sends_heartbeats_that_parse_to_nothing():
     heartbeat = next(g for g in read_groups(tasks, source=source, group_bytes=50, heartbeat_s=0.0))
     out = actor(heartbeat)
     assert out.num_rows == 0 and GroupResult.from_arrow(out) == []
+
+
+def test_a_group_row_equals_the_rows_converted_value_by_value():
+    """``_group_row`` wraps one joined buffer of the payloads; it is the table ``pa.array`` makes of the row dicts,
+    with missing payloads (read errors, lost items) and for no rows at all."""
+    from pipelines.parse_replays import _READ_ROW, _group_row
+
+    rows = [stages.read_row("a", b"first"), stages.read_row("b", read_error="unreadable"),
+            stages.read_row("c", b""), stages.read_row("d", b"\x00" * 1000), stages.read_row("e", lost="gone")]
+    for some in (rows, rows[:1], rows[1:2], []):
+        reference = pa.table({"group": ["g"], "inputs": pa.array([some], pa.list_(_READ_ROW))})
+        assert _group_row("g", some).equals(reference)
+        assert _group_row("g", some).to_pylist() == reference.to_pylist()
