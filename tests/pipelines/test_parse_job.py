@@ -156,7 +156,10 @@ def _kill_tree(proc: subprocess.Popen) -> None:
     import psutil
 
     parent = psutil.Process(proc.pid)
-    family = [parent, *parent.children(recursive=True)]
+    try:
+        family = [parent, *parent.children(recursive=True)]
+    except psutil.NoSuchProcess:  # a process of the tree exited while it was listed (seen once under load): again
+        family = [parent, *parent.children(recursive=True)]
     for p in family:
         try:
             p.kill()
