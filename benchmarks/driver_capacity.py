@@ -83,9 +83,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pipelines import registry, stages  # noqa: E402
-from pipelines.parse_replays import MAX_GROUP_INPUT_BYTES, ParseConfig, ParseInputs, read_groups  # noqa: E402
+from pipelines.parse_replays import (  # noqa: E402
+    ParseConfig,
+    ParseInputs,
+    configure_data_context,
+    group_input_bytes,
+    read_groups,
+)
 from pipelines.writer import (  # noqa: E402
-    BYTES_PER_MIB,
     GroupResult,
     PublishResult,
     VersionPublisher,
@@ -158,8 +163,8 @@ def job_config(schema: str, input_dir: Path, formats: list[str], shard_size_mb: 
 
 
 def group_bytes(cfg: ParseConfig, source: stages.Source) -> float:
-    """Input bytes per group, as ``parse_replays.run`` computes them (inline there)."""
-    return min(cfg.shard_size_mb * BYTES_PER_MIB / source.shard_bytes_per_input_byte, MAX_GROUP_INPUT_BYTES)
+    """Input bytes per group, as the job cuts them."""
+    return group_input_bytes(cfg.shard_size_mb, source)
 
 
 # ---------------------------------------------------------------------------- 1. recording
@@ -379,10 +384,7 @@ def replay(rec: Recording, *, cores: float | None, groups: int, out_root: str, n
     import ray
     import ray.data
 
-    ctx = ray.data.DataContext.get_current()  # the job's settings (parse_replays.run)
-    ctx.execution_options.preserve_order = True
-    ctx.enable_progress_bars = False
-    ctx.target_max_block_size = 1 << 20
+    configure_data_context(ray.data.DataContext.get_current())  # the job's settings
     cfg = job_config(rec.schema, Path("."), [], rec.shard_size_mb, out_root)
     parser = cfg.parser
     target = cores / rec.parse_cpu_s_per_group if cores else None

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from pipelines.melee.archives import synthetic_game
 from pipelines.melee.source import SlpSource
-from pipelines.parse_replays import MAX_GROUP_INPUT_BYTES, ParseConfig, run
+from pipelines.parse_replays import ParseConfig, group_input_bytes, run
 from pipelines.ray_start import start_ray
 from pipelines.stages import pack_tasks, task_key
 from pipelines.writer import BYTES_PER_MIB
@@ -80,8 +80,7 @@ def planned_share(old: str, new: str, shard_size_mb: float) -> tuple[float, int]
     at ``shard_size_mb``; and the number of read tasks."""
     def tasks(root: str):
         source = SlpSource(ParseConfig(source="slp", input=root, out="unused").inputs)
-        budget = min(shard_size_mb * BYTES_PER_MIB / source.shard_bytes_per_input_byte, MAX_GROUP_INPUT_BYTES)
-        return pack_tasks(source.plan().items, budget)
+        return pack_tasks(source.plan().items, group_input_bytes(shard_size_mb, source))
 
     before = {task_key(t) for t in tasks(old)}
     after = tasks(new)

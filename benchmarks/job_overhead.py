@@ -4,7 +4,7 @@ one run; the job's core-seconds broken down (parse actors by phase, read tasks, 
 
     python benchmarks/job_overhead.py                      # Pokémon (hf-raw) and Melee (slp), 2 repetitions
     python benchmarks/job_overhead.py --quick              # smoke run: small inputs and 8 MiB shards, 1 repetition
-    python benchmarks/job_overhead.py --schemas pokemon --repeat 3 --variants as-is small-batches
+    python benchmarks/job_overhead.py --schemas pokemon --repeat 3 --variants as-is whole-groups
 
 Inputs (the shard size is the job's default, 128 MiB, unless ``--shard-size-mb``):
 - Pokémon: the 400 spectator logs of ``../shared/data/pokemon/bench_replays`` replicated under new battle ids into an
@@ -26,12 +26,12 @@ defaults (2 parse actors of 0.5 CPU, read tasks of 0.25), ``--input`` and ``--ou
 (``--variants``) change one thing each, by a subclass or wrapper set into ``pipelines.parse_replays`` in the job's
 process only; no project file is edited:
 - ``as-is``: the code as it is (instrumented only);
-- ``small-batches``: ``ParseInputs.__call__`` parses each group ``--inputs-per-batch`` inputs at a time (each slice's
-  ``parse_batch`` and Arrow table, handed to the same ``GroupWriter``) instead of the whole group in one
-  ``parse_batch`` and one table. The published versions' file hashes are compared with ``as-is``'s: Melee's shards
-  are the same bytes; Pokémon's hold the same rows and index rows, but their boundaries can move by an input (the
-  writer sizes shards by ``Table.nbytes`` of each input's slice, whose validity and boolean bitmaps round by the
-  slice's bit offset in the table it was cut from), so that change goes with a ``SHARD_LAYOUT`` bump.
+- ``whole-groups``: each group parsed in one ``parse_batch`` and one Arrow table instead of
+  ``INPUTS_PER_PARSE_BATCH`` (16) inputs at a time (the constant raised in the job's processes). The published
+  versions' file hashes are compared with ``as-is``'s: Melee's shards are the same bytes; Pokémon's hold the same
+  rows and index rows, but their boundaries can move by an input (the writer sizes shards by ``Table.nbytes`` of
+  each input's slice, whose validity and boolean bitmaps round by the slice's bit offset in the table it was cut
+  from), which is why the batch size is part of the shard layout.
 
 Rates: units (Pokémon trajectories, Melee frames) per core: "wall" = units / (wall seconds × 2 cores), both arms on
 the same 2 cores at the same load, which is what the job delivers; "CPU" = units / CPU seconds of every process of the
@@ -82,7 +82,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script: the checkout's root, so the Ray workers import this module too
     sys.path.insert(0, str(REPO))
 
-import pipelines.writer as writer_module  # noqa: E402 - after the path above
+import pipelines.parse_replays as job_module  # noqa: E402 - after the path above
+import pipelines.writer as writer_module  # noqa: E402
 from pipelines import stages  # noqa: E402
 from pipelines.parse_replays import GroupWriter, ParseInputs, read_groups  # noqa: E402
 
@@ -91,7 +92,7 @@ CORES = 2
 RESULT_PREFIX = "JOB_OVERHEAD_RESULT "
 LOG_DIR_VAR = "JOB_OVERHEAD_LOG_DIR"
 BATCH_VAR = "JOB_OVERHEAD_INPUTS_PER_BATCH"
-VARIANTS = ("as-is", "small-batches")
+VARIANTS = ("as-is", "whole-groups")
 UNITS = {"pokemon": "trajectories", "melee": "frames"}
 BARE_NICE = 15
 """The bare workers' niceness: Ray's raylet starts every worker (the parse actors, the read tasks) at niceness 15
@@ -150,7 +151,7 @@ def _instrument_writer() -> None:
 
 class TimedParseInputs(ParseInputs):
     """The job's parse actor, its phases timed into ``$JOB_OVERHEAD_LOG_DIR/actor-<pid>.jsonl`` (one line a call).
-    With ``$JOB_OVERHEAD_INPUTS_PER_BATCH`` set: the ``small-batches`` variant (``__call__`` below)."""
+    With ``$JOB_OVERHEAD_INPUTS_PER_BATCH`` set: the ``whole-groups`` variant (one parse batch per group)."""
 
     def __init__(self, source: stages.Source, version_uri: str = "", shard_size_mb: float = 128.0):
         born = time.time()
@@ -159,13 +160,14 @@ class TimedParseInputs(ParseInputs):
         self.parse_batch = _CLOCK.wrap("inputs and records", self.parse_batch)
         self.parser.parse = _CLOCK.wrap("parse", self.parser.parse)
         self._to_table = _CLOCK.wrap("table", self._to_table)
-        self.inputs_per_batch = int(os.environ.get(BATCH_VAR) or 0)
+        if os.environ.get(BATCH_VAR):  # this actor's process only
+            job_module.INPUTS_PER_PARSE_BATCH = sys.maxsize
         _CLOCK.take()
         _log("actor", {"pid": os.getpid(), "born": born, "ready": time.time()})
 
     def __call__(self, groups: pa.Table) -> pa.Table:
         start, thread0, process0 = time.time(), time.thread_time(), time.process_time()
-        out = self._call_in_batches(groups) if self.inputs_per_batch else super().__call__(groups)
+        out = super().__call__(groups)
         thread_s = time.thread_time() - thread0
         phases = _CLOCK.take()
         phases["other"] = phases.get("other", 0.0) + thread_s - sum(phases.values())
@@ -173,19 +175,6 @@ class TimedParseInputs(ParseInputs):
                        "process_cpu_s": time.process_time() - process0, "phases": phases,
                        "groups": groups.num_rows, "inputs": _inputs_of(groups)})
         return out
-
-    def _call_in_batches(self, groups: pa.Table) -> pa.Table:
-        """The proposed ``ParseInputs.__call__``: each group parsed ``inputs_per_batch`` inputs at a time."""
-        results = []
-        for i, group in enumerate(groups.column("group").to_pylist()):
-            inputs = stages.struct_table(groups.column("inputs")[i].values)
-            writer = GroupWriter(self.version_uri, group, self.parser.schema, shard_size_bytes=self.shard_size_bytes,
-                                 parquet_options=self.parser.parquet_options, index_rows=self.parser.index_rows,
-                                 unknown_words=self.parser.unknown_words)
-            for at in range(0, inputs.num_rows, self.inputs_per_batch):
-                writer.add_batch(self.parse_batch(inputs.slice(at, self.inputs_per_batch)))
-            results.append(writer.close().to_arrow())
-        return pa.concat_tables(results)
 
 
 def _inputs_of(groups: pa.Table) -> int:
@@ -285,23 +274,22 @@ def _child_bare(spec: dict) -> dict:
 
 
 def _child_job(spec: dict) -> dict:
-    import pipelines.parse_replays as job
     from benchmarks import job_overhead as timed  # by its module path: Ray's workers import it from there
 
     os.environ[LOG_DIR_VAR] = spec["log_dir"]
-    if spec["variant"] == "small-batches":
-        os.environ[BATCH_VAR] = str(spec["inputs_per_batch"])
+    if spec["variant"] == "whole-groups":
+        os.environ[BATCH_VAR] = "whole"
     cfg = _config(spec)
-    job.init_ray(cfg)  # before the clock, as in benchmarks/driver_cap.py; workers inherit the variables above
+    job_module.init_ray(cfg)  # before the clock, as in benchmarks/driver_cap.py; workers inherit the variables above
     import ray
 
-    job.ParseInputs, job.read_groups = timed.TimedParseInputs, timed.timed_read_groups
+    job_module.ParseInputs, job_module.read_groups = timed.TimedParseInputs, timed.timed_read_groups
     Path(spec["ready"]).touch()
     while not Path(spec["go"]).exists():
         time.sleep(0.01)
     logs: list[str] = []
     usage0, start = resource.getrusage(resource.RUSAGE_SELF), time.time()
-    published = job.run(cfg, log=logs.append)
+    published = job_module.run(cfg, log=logs.append)
     end, usage1 = time.time(), resource.getrusage(resource.RUSAGE_SELF)
     Path(spec["done"]).touch()
     c = published.manifest.counts
@@ -668,8 +656,7 @@ def main() -> None:
     parser.add_argument("--melee-games", type=int, default=None,
                         help="synthetic games (8,000 frames, 2.8 MB each; 760: four 512 MiB groups; quick 12)")
     parser.add_argument("--inputs-per-batch", type=int, default=16,
-                        help="inputs per Arrow table in the bare arm and the small-batches variant (the job's "
-                             "--inputs-per-batch default)")
+                        help="inputs per Arrow table in the bare arm (the job's INPUTS_PER_PARSE_BATCH)")
     parser.add_argument("--work-dir", type=Path, default=None, help="inputs and outputs (default: a temp folder)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -473,13 +473,15 @@ def init_ray(cfg: ParseConfig) -> None:
     start_ray(num_cpus=cfg.num_cpus, log_to_driver=False)
 
 
-def run(cfg: ParseConfig, *, log=print):
-    """Run the job; returns the writer's ``PublishResult``."""
-    init_ray(cfg)  # before the first `import ray`: a local instance then binds 127.0.0.1 only (pipelines/ray_start.py)
-    import ray.data
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+def group_input_bytes(shard_size_mb: float, source: stages.Source) -> float:
+    """Input bytes of a group, and so a read task's budget: what makes a shard of ``shard_size_mb`` of this source's
+    rows, at most ``MAX_GROUP_INPUT_BYTES``."""
+    return min(shard_size_mb * BYTES_PER_MIB / source.shard_bytes_per_input_byte, MAX_GROUP_INPUT_BYTES)
 
-    ctx = ray.data.DataContext.get_current()
+
+def configure_data_context(ctx) -> float | None:
+    """The job's Ray Data settings on ``ctx`` (a ``DataContext``); returns the read tasks' heartbeat interval in
+    seconds (``read_groups``), None where Ray Data's no-progress guard is off."""
     ctx.execution_options.preserve_order = True  # groups reach the driver in input order
     ctx.enable_progress_bars = False  # the job's own progress line instead: plain lines under ray job submit
     # Ray Data warns when an actor pool is larger than its operator's input blocks; the parse actors' inputs are the
@@ -492,14 +494,23 @@ def run(cfg: ParseConfig, *, log=print):
     # yielded; a block of one row is never sliced.
     ctx.target_max_block_size = 1
     # a read task that fills a group slowly announces itself at a quarter of the guard's timeout (read_groups)
-    heartbeat_s = (ctx.execution_no_progress_timeout_s / 4 if ctx.execution_no_progress_timeout_s > 0 else None)
+    return ctx.execution_no_progress_timeout_s / 4 if ctx.execution_no_progress_timeout_s > 0 else None
+
+
+def run(cfg: ParseConfig, *, log=print):
+    """Run the job; returns the writer's ``PublishResult``."""
+    init_ray(cfg)  # before the first `import ray`: a local instance then binds 127.0.0.1 only (pipelines/ray_start.py)
+    import ray.data
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    heartbeat_s = configure_data_context(ray.data.DataContext.get_current())
     source, parser = cfg.make_source(), cfg.parser
     plan = source.plan()
     spec = version_spec(cfg, plan)
     # Groups (and so shards) are cut from the inputs and --shard-size-mb alone, never from the resources: the same
     # inputs and config give the same files, whatever --num-parse-actors. A plan smaller than a group is one group,
     # so a small job's progress line moves once, at its end.
-    group_bytes = min(cfg.shard_size_mb * BYTES_PER_MIB / source.shard_bytes_per_input_byte, MAX_GROUP_INPUT_BYTES)
+    group_bytes = group_input_bytes(cfg.shard_size_mb, source)
     tasks = stages.pack_tasks(plan.items, group_bytes)
     keys = [stages.task_key(t) for t in tasks]
     earlier = EarlierVersion(cfg.reuse_from, spec) if cfg.reuse_from else None
