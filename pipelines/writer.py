@@ -44,6 +44,7 @@ from shards_schema import storage
 from shards_schema.card import UNKNOWN_LICENSE, SourceLicense, card_file, dataset_card
 from shards_schema.manifest import CARD_NAME, MANIFEST_FORMAT, MANIFEST_NAME, Counts, FileEntry, Manifest
 from shards_schema.quarantine import QUARANTINE_SCHEMA
+from shards_schema.reader import sha256_file
 from shards_schema.versions import CodeVersions
 
 BYTES_PER_MIB = 1 << 20
@@ -818,8 +819,8 @@ class EarlierVersion:
 
 
 def _matches(uri: str, entry: FileEntry) -> bool:
-    data = storage.read_bytes(uri)
-    return len(data) == entry.bytes and hashlib.sha256(data).hexdigest() == entry.sha256
+    """The file has the manifest entry's size and sha256 (streamed: a shard is not held in memory)."""
+    return storage.size(uri) == entry.bytes and sha256_file(uri) == entry.sha256
 
 
 def _copy_whole(src: str, dst: str) -> None:
