@@ -33,9 +33,10 @@ from training.pokemon.windows import LoadTurnWindows, window_specs
 from training.windows import first_windows
 
 
-def held_out_advantages(model, version_uri: str, side: str, train: dict, windows: int, batch_size: int = 64):
-    """Advantages (at the training discount) of the held-out decisions of one side of one version, 1-D."""
-    version = open_version(version_uri, check_sha256=False)
+def held_out_advantages(model, version, version_uri: str, side: str, train: dict, windows: int,
+                        batch_size: int = 64):
+    """Advantages (at the training discount) of the held-out decisions of one side of one version (opened, and its
+    URI for the loader), 1-D."""
     vocab_size = len(vocabulary(version.manifest.observation_version))
     specs = window_specs(version, train["context"], 0, [side], validation_share=train["validation_share"],
                          split_seed=train["seed"], validation=True)
@@ -80,10 +81,11 @@ def main(argv: list[str] | None = None) -> None:
     train, model = ckpt.train_config, ckpt.build_model()
     groups = {}
     for number, uri in enumerate([train["shards"], *train.get("extra_shards", [])]):
-        config = open_version(uri, check_sha256=False).manifest.config
+        version = open_version(uri, check_sha256=False)
+        config = version.manifest.config
         for side in ("p1", "p2"):
             name = f"v{number} {side} ({config.get(side, side)} vs {config.get('p2' if side == 'p1' else 'p1', '?')})"
-            groups[name] = held_out_advantages(model, uri, side, train, args.windows)
+            groups[name] = held_out_advantages(model, version, uri, side, train, args.windows)
     betas = sorted({train["exp_beta"], *args.betas}, reverse=True)
     rows = summarize(groups, betas)
     out = Path(args.out)
