@@ -194,6 +194,23 @@ def tiny_generated(ray_local, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def slot_checkpoint(tiny_generated, tmp_path_factory):
+    """A tiny offline-RL checkpoint trained with the slot action head (4 steps on ``tiny_generated``'s battles), as
+    ``training/pokemon/offline_rl.py --action-head slots`` writes it, trained once per session: the checkpoint a
+    poke-env player plays (test_offline_rl) and the one self-play fine-tunes (test_pokemon_selfplay), which only
+    read it. Its folder (a str)."""
+    from training.loop import latest_checkpoint
+    from training.pokemon.offline_rl import TrainConfig, run
+
+    _, published, _ = tiny_generated
+    out = tmp_path_factory.mktemp("slots")
+    result = run(TrainConfig.tiny(shards=str(published.path), out=str(out), steps=4, checkpoint_every=4,
+                                  action_head="slots"))
+    assert result.error is None
+    return str(latest_checkpoint(out))
+
+
+@pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """An S3-compatible server (moto's server mode) on 127.0.0.1 at a free port, started and stopped by PID;
     ``AWS_ENDPOINT_URL`` and ``AWS_REGION`` point this session at it (the keys are set above). Yields its endpoint."""

@@ -123,22 +123,20 @@ def test_resume_is_exact(tiny_generated, tmp_path):
     assert [round(a[s], 6) for s in range(9, 13)] == [round(b[s], 6) for s in range(9, 13)]
 
 
-def test_checkpoint_plays_real_battles(tiny_generated, tmp_path):
+def test_checkpoint_plays_real_battles(slot_checkpoint):
     """A trained checkpoint loads as a poke-env player and finishes real battles on a local server; trained with the
-    slot action head, which the checkpoint's config carries to the player."""
+    slot action head, which the checkpoint's config carries to the player (conftest's ``slot_checkpoint``: 4 steps
+    of ``TrainConfig.tiny``, shared with self-play's fine-tune test)."""
     import shutil
 
     if shutil.which("node") is None:
         pytest.skip("Node.js is needed for the server")
-    from training.loop import latest_checkpoint
     from training.pokemon.evaluate import EvalConfig, wilson_interval
     from training.pokemon.evaluate import run as evaluate
     from training.pokemon.showdown_server import free_port
 
-    _, published, _ = tiny_generated
-    out = tmp_path / "run"
-    run(TrainConfig.tiny(shards=str(published.path), out=str(out), steps=4, action_head="slots"))
-    checkpoint = Path(latest_checkpoint(out)) / "state.pt"
+    checkpoint = Path(slot_checkpoint) / "state.pt"
+    assert read_checkpoint(str(checkpoint)).step == 4  # trained, not as initialised
     assert read_checkpoint(str(checkpoint)).build_config().action_head == "slots"
     logs = []
     rows = evaluate(EvalConfig.tiny(checkpoint=str(checkpoint), port=free_port(), battles=3), log=logs.append)

@@ -23,21 +23,6 @@ def bc_policy():
     return PokemonPolicy(PolicyConfig.preset("tiny", len(vocabulary()))).eval()
 
 
-@pytest.fixture(scope="module")
-def slot_checkpoint(tiny_generated, tmp_path_factory):
-    """A tiny offline-RL checkpoint trained with the slot action head (4 steps on the simulator's battles), as
-    ``training/pokemon/offline_rl.py --action-head slots`` writes it: self-play fine-tunes the strongest policies."""
-    from training.loop import latest_checkpoint
-    from training.pokemon.offline_rl import TrainConfig, run
-
-    _, published, _ = tiny_generated
-    out = tmp_path_factory.mktemp("slots")
-    result = run(TrainConfig.tiny(shards=str(published.path), out=str(out), steps=4, checkpoint_every=4,
-                                  action_head="slots"))
-    assert result.error is None
-    return str(latest_checkpoint(out))
-
-
 def _slot_checkpoint_untrained(folder: Path) -> str:
     """A tiny slot-head offline-RL checkpoint as initialised (no simulator needed): the pure tests' starting policy."""
     from models.pokemon_policy import PokemonPolicy, PolicyConfig
