@@ -109,7 +109,16 @@ def _files(uri: str) -> dict[str, bytes]:
 ALL = ["a0", "a1", "a2", "a3", "a4", "a5"]
 
 
-def test_an_incremental_run_publishes_the_version_a_run_from_scratch_does(ray_local, tmp_path):
+@pytest.fixture(scope="module")
+def all_from_scratch(ray_local, tmp_path_factory):
+    """The six archives on local disk and the version a run from scratch publishes of them, parsed once for the two
+    tests that compare an incremental run with it (on local disk and on S3); neither writes to either."""
+    root = tmp_path_factory.mktemp("incremental")
+    inputs = _archives(root / "in", ALL)
+    return inputs, run(_config(str(inputs), str(root / "scratch")), **QUIET)
+
+
+def test_an_incremental_run_publishes_the_version_a_run_from_scratch_does(all_from_scratch, tmp_path):
     """The earlier version lacks ``a2``, in the middle of the sorted order: the job over all six archives reuses the
     four read tasks whose shards the earlier version published as written (a4's was rewritten there to drop a
     duplicate of a0's game, so a4 is parsed again), parses a2 and a4, drops a5's game that a2 now holds first
@@ -117,8 +126,7 @@ def test_an_incremental_run_publishes_the_version_a_run_from_scratch_does(ray_lo
     quarantine (a1's damaged and non-replay members, from the reused task), tasks file, card and manifest."""
     earlier = run(_config(str(_archives(tmp_path / "in-old", [a for a in ALL if a != "a2"])), str(tmp_path / "old")),
                   **QUIET)
-    inputs = str(_archives(tmp_path / "in", ALL))
-    scratch = run(_config(inputs, str(tmp_path / "scratch")), **QUIET)
+    inputs, scratch = str(all_from_scratch[0]), all_from_scratch[1]
     logs: list[str] = []
     grown = run(_config(inputs, str(tmp_path / "grown"), reuse_from=str(earlier.path)), log=logs.append)
     assert any("reusing 4 of 6 read tasks" in line and "reading and parsing 2" in line for line in logs), logs
@@ -145,11 +153,10 @@ def test_an_incremental_run_publishes_the_version_a_run_from_scratch_does(ray_lo
     assert _files(str(again.path)) == _files(str(scratch.path))
 
 
-def test_an_incremental_run_on_s3_equals_the_local_run_from_scratch(ray_local, s3_server, s3_bucket, tmp_path):
+def test_an_incremental_run_on_s3_equals_the_local_run_from_scratch(all_from_scratch, s3_server, s3_bucket):
     """The same on the local S3 server: inputs, the earlier version and the new one in a bucket, the reused shards
     copied server-side and checked."""
-    local = _archives(tmp_path / "in", ALL)
-    scratch = run(_config(str(local), str(tmp_path / "scratch")), **QUIET)
+    local, scratch = all_from_scratch
     for path in sorted(local.iterdir()):
         storage.write_bytes(f"{s3_bucket}/in/{path.name}", path.read_bytes())
     old_in = f"{s3_bucket}/in-old"
