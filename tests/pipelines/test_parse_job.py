@@ -170,24 +170,30 @@ def _kill_tree(proc: subprocess.Popen) -> None:
 
 def test_a_job_killed_half_way_leaves_no_version_and_the_rerun_equals_a_clean_run(ray_local, tmp_path):
     import time
+    from concurrent.futures import ThreadPoolExecutor
 
     num_games = 40
     killed = tmp_path / "killed"
-    proc = _job_in_a_process(killed, num_games)
-    try:
-        deadline = time.monotonic() + 120
-        while not list(killed.glob("melee_frames/*/part-*.parquet")):
-            assert proc.poll() is None and time.monotonic() < deadline, "the job ended before writing a shard"
-            time.sleep(0.05)
-    finally:
-        _kill_tree(proc)
+    cfg = dict(source="slp", num_battles=num_games, shard_size_mb=0.05)
+    # the clean run on the session's Ray, from a thread, beside the job killed in its own process (its own Ray):
+    # it needs nothing of that job, whose start-up is most of its time; sharing the cores only slows the killed job,
+    # which then has even less of its version written when it is killed
+    with ThreadPoolExecutor(1) as pool:
+        clean_run = pool.submit(run, ParseConfig.tiny(out=str(tmp_path / "clean"), **cfg), log=lambda *_: None)
+        proc = _job_in_a_process(killed, num_games)
+        try:
+            deadline = time.monotonic() + 120
+            while not list(killed.glob("melee_frames/*/part-*.parquet")):
+                assert proc.poll() is None and time.monotonic() < deadline, "the job ended before writing a shard"
+                time.sleep(0.05)
+        finally:
+            _kill_tree(proc)
+        clean = clean_run.result()
     [folder] = killed.glob("melee_frames/*")
     assert not (folder / "manifest.json").exists()  # the job was killed before it published
     with pytest.raises(ShardIntegrityError, match="has no manifest.json"):
         open_version(folder)
-    cfg = dict(source="slp", num_battles=num_games, shard_size_mb=0.05)
     rerun = run(ParseConfig.tiny(out=str(killed), **cfg), log=lambda *_: None)
-    clean = run(ParseConfig.tiny(out=str(tmp_path / "clean"), **cfg), log=lambda *_: None)
     assert rerun.path == folder and len(rerun.manifest.files) > 1
     assert {p.name: p.read_bytes() for p in rerun.path.iterdir()} == {p.name: p.read_bytes()
                                                                      for p in clean.path.iterdir()}
