@@ -309,13 +309,22 @@ def _run(args: list[str], timeout_s: int) -> tuple[list[str], list[str]]:
 @pytest.mark.simulator
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_the_demo_job_and_a_tiny_training_run_print_progress_next_steps_and_no_alarm(tmp_path):
+def test_the_demo_job_and_a_tiny_training_run_print_progress_next_steps_and_no_alarm(tiny_generated, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
     if reason := simulator_missing():
         pytest.skip(reason)
-    parse, parse_err = _run(["pipelines/parse_replays.py", "--tiny", "--source", "generated", "--out",
-                             str(tmp_path / "out"), "--progress-every-s", "1"], 300)
-    train, train_err = _run(["training/pokemon/offline_rl.py", "--tiny", "--shards", parse[-1], "--out",
-                             str(tmp_path / "run"), "--wandb-mode", "offline", "--steps", "8"], 300)
+    # the two commands side by side, each with its own Ray (most of each is Ray's start-up): the training run takes
+    # the version the demo job publishes, made once per session by the same tiny config (conftest's
+    # tiny_generated), and the demo job must publish a version of the same name, the one its next steps print
+    _, published, _ = tiny_generated
+    with ThreadPoolExecutor(1) as pool:
+        training = pool.submit(_run, ["training/pokemon/offline_rl.py", "--tiny", "--shards", str(published.path),
+                                      "--out", str(tmp_path / "run"), "--wandb-mode", "offline", "--steps", "8"], 300)
+        parse, parse_err = _run(["pipelines/parse_replays.py", "--tiny", "--source", "generated", "--out",
+                                 str(tmp_path / "out"), "--progress-every-s", "1"], 300)
+        train, train_err = training.result()
+    assert Path(parse[-1]).name == published.path.name and Path(parse[-1]).parent.name == published.path.parent.name
     alarms = [line for line in parse + parse_err + train + train_err if ALARMING.search(line)]
     assert not alarms, "\n".join(alarms)
     progress = [line for line in parse if re.search(r"\[parse\] \d+/12 inputs read \(\d+%\) · \d+ parsed · .* rows/s · "
