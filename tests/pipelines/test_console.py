@@ -11,6 +11,7 @@ import select
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -310,8 +311,6 @@ def _run(args: list[str], timeout_s: int) -> tuple[list[str], list[str]]:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_demo_job_and_a_tiny_training_run_print_progress_next_steps_and_no_alarm(tiny_generated, tmp_path):
-    from concurrent.futures import ThreadPoolExecutor
-
     if reason := simulator_missing():
         pytest.skip(reason)
     # the two commands side by side, each with its own Ray (most of each is Ray's start-up): the training run takes

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tarfile
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import lz4.frame
@@ -170,8 +171,6 @@ def _kill_tree(proc: subprocess.Popen) -> None:
 
 def test_a_job_killed_half_way_leaves_no_version_and_the_rerun_equals_a_clean_run(ray_local, tmp_path):
     import time
-    from concurrent.futures import ThreadPoolExecutor
-
     num_games = 40
     killed = tmp_path / "killed"
     cfg = dict(source="slp", num_battles=num_games, shard_size_mb=0.05)
