@@ -48,7 +48,7 @@ $(VENV)/.notebook-installed: $(STAMP)
 
 test: setup
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q --durations=15 tests
+	$(PY) -m pytest -q --durations=60 tests
 
 # The loop while editing: the pure tests, without the four tiers tests/conftest.py marks (no Ray, no simulator, no
 # Ray nodes of their own, none over ~20 s). `make test` (CI) runs everything.
