@@ -146,7 +146,7 @@ def inputs_for_full_groups(schema: str, folder: Path, shard_size_mb: float, full
     while True:
         cfg = job_config(schema, folder, formats, shard_size_mb, "unused")
         source = cfg.make_source()
-        budget = group_bytes(cfg, source)
+        budget = group_input_bytes(cfg.shard_size_mb, source)
         tasks = stages.pack_tasks(source.plan().items, budget)
         # a task's full groups: at least its planned bytes // budget (its payload is at least its planned bytes for
         # these sources: files as listed, row groups compressed)
@@ -160,11 +160,6 @@ def inputs_for_full_groups(schema: str, folder: Path, shard_size_mb: float, full
 def job_config(schema: str, input_dir: Path, formats: list[str], shard_size_mb: float, out: str) -> ParseConfig:
     return ParseConfig(source=SCHEMAS[schema], input=str(input_dir), out=out, formats=formats,
                        shard_size_mb=shard_size_mb)
-
-
-def group_bytes(cfg: ParseConfig, source: stages.Source) -> float:
-    """Input bytes per group, as the job cuts them."""
-    return group_input_bytes(cfg.shard_size_mb, source)
 
 
 # ---------------------------------------------------------------------------- 1. recording
@@ -214,7 +209,7 @@ def record(schema: str, input_dir: Path, formats: list[str], shard_size_mb: floa
     not parsed); else the first groups whatever their size."""
     cfg = job_config(schema, input_dir, formats, shard_size_mb, str(out))
     source = cfg.make_source()
-    budget = group_bytes(cfg, source)
+    budget = group_input_bytes(cfg.shard_size_mb, source)
     tasks = stages.pack_tasks(source.plan().items, budget)
     parse = ParseInputs(source, str(out / "version"), shard_size_mb)
     rec = Recording(schema, cfg.source, shard_size_mb, [], [], [])
@@ -252,7 +247,7 @@ def tile(rec: Recording, shard_size_mb: float) -> Recording:
     recorded ones; parse and read CPU are the pieces' sums. Parsing a 128 MiB group for real takes ~2.5 CPU min per
     Pokémon group: on a loaded 2-core machine, too long for one run."""
     cfg = job_config(rec.schema, Path("."), [], shard_size_mb, "unused")
-    budget = group_bytes(cfg, cfg.make_source())
+    budget = group_input_bytes(cfg.shard_size_mb, cfg.make_source())
     inputs = sum(c["inputs"] for c in rec.counts)
     per_input = sum(rec.payload_bytes) / inputs
     pieces = max(1, round(budget / per_input / (inputs / len(rec.counts))))
@@ -634,7 +629,7 @@ def time_planning(schema: str, items: int, shard_sizes_mb: list[float], work: Pa
             plan.identity()
             out["identity_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        tasks = stages.pack_tasks(plan.items, group_bytes(cfg, source))
+        tasks = stages.pack_tasks(plan.items, group_input_bytes(cfg.shard_size_mb, source))
         out[f"pack_s@{size:g}"] = time.perf_counter() - t0
         out[f"tasks@{size:g}"] = len(tasks)
         if i == 0:

@@ -91,7 +91,7 @@ CACHE = REPO / ".cache" / "job_overhead"
 CORES = 2
 RESULT_PREFIX = "JOB_OVERHEAD_RESULT "
 LOG_DIR_VAR = "JOB_OVERHEAD_LOG_DIR"
-BATCH_VAR = "JOB_OVERHEAD_INPUTS_PER_BATCH"
+WHOLE_GROUPS_VAR = "JOB_OVERHEAD_WHOLE_GROUPS"
 VARIANTS = ("as-is", "whole-groups")
 UNITS = {"pokemon": "trajectories", "melee": "frames"}
 BARE_NICE = 15
@@ -151,7 +151,7 @@ def _instrument_writer() -> None:
 
 class TimedParseInputs(ParseInputs):
     """The job's parse actor, its phases timed into ``$JOB_OVERHEAD_LOG_DIR/actor-<pid>.jsonl`` (one line a call).
-    With ``$JOB_OVERHEAD_INPUTS_PER_BATCH`` set: the ``whole-groups`` variant (one parse batch per group)."""
+    With ``$JOB_OVERHEAD_WHOLE_GROUPS`` set: the ``whole-groups`` variant (one parse batch per group)."""
 
     def __init__(self, source: stages.Source, version_uri: str = "", shard_size_mb: float = 128.0):
         born = time.time()
@@ -160,7 +160,7 @@ class TimedParseInputs(ParseInputs):
         self.parse_batch = _CLOCK.wrap("inputs and records", self.parse_batch)
         self.parser.parse = _CLOCK.wrap("parse", self.parser.parse)
         self._to_table = _CLOCK.wrap("table", self._to_table)
-        if os.environ.get(BATCH_VAR):  # this actor's process only
+        if os.environ.get(WHOLE_GROUPS_VAR):  # this actor's process only
             job_module.INPUTS_PER_PARSE_BATCH = sys.maxsize
         _CLOCK.take()
         _log("actor", {"pid": os.getpid(), "born": born, "ready": time.time()})
@@ -278,7 +278,7 @@ def _child_job(spec: dict) -> dict:
 
     os.environ[LOG_DIR_VAR] = spec["log_dir"]
     if spec["variant"] == "whole-groups":
-        os.environ[BATCH_VAR] = "whole"
+        os.environ[WHOLE_GROUPS_VAR] = "1"
     cfg = _config(spec)
     job_module.init_ray(cfg)  # before the clock, as in benchmarks/driver_cap.py; workers inherit the variables above
     import ray
@@ -655,7 +655,7 @@ def main() -> None:
                         help="battles in the hf-raw table (16,000: two 128 MiB groups; quick 1,000)")
     parser.add_argument("--melee-games", type=int, default=None,
                         help="synthetic games (8,000 frames, 2.8 MB each; 760: four 512 MiB groups; quick 12)")
-    parser.add_argument("--inputs-per-batch", type=int, default=16,
+    parser.add_argument("--inputs-per-batch", type=int, default=job_module.INPUTS_PER_PARSE_BATCH,
                         help="inputs per Arrow table in the bare arm (the job's INPUTS_PER_PARSE_BATCH)")
     parser.add_argument("--work-dir", type=Path, default=None, help="inputs and outputs (default: a temp folder)")
     parser.add_argument("--child", help=argparse.SUPPRESS)

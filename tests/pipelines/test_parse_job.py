@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -170,7 +171,6 @@ def _kill_tree(proc: subprocess.Popen) -> None:
 
 
 def test_a_job_killed_half_way_leaves_no_version_and_the_rerun_equals_a_clean_run(ray_local, tmp_path):
-    import time
     num_games = 40
     killed = tmp_path / "killed"
     cfg = dict(source="slp", num_battles=num_games, shard_size_mb=0.05)
