@@ -261,9 +261,11 @@ def update(learner, rollout: Rollout, cfg: PPOConfig, update_index: int, generat
         # policy too; parameters without a gradient are skipped by the optimizer
         learner.module.requires_grad_(False)
         learner.module.critic.requires_grad_(True)
+    # the runners' rollouts arrive on the CPU; the learner (and the encoder beside it) may train on a GPU. One copy
+    # per update: a rollout is a few MB, and its minibatches are indexed from it every epoch.
+    chunks = {k: v.to(learner.device, non_blocking=True) for k, v in training_sequences(rollout, cfg).items()}
     try:
-        return _epochs(learner, training_sequences(rollout, cfg), rollout.obs.shape, cfg, update_index, generator,
-                       train_policy, encoder)
+        return _epochs(learner, chunks, rollout.obs.shape, cfg, update_index, generator, train_policy, encoder)
     finally:
         for p in trainable:
             p.requires_grad_(True)

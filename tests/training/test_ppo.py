@@ -192,3 +192,22 @@ def test_a_trainable_encoder_steps_with_the_policy_but_not_in_the_critic_warmup(
     trained = update(learner, rollout(), cfg, 1, g, encoder=trainable)
     assert trained["encoder_grad_norm"] > 0 and not torch.equal(encoder.linear.weight, before)
     assert trained["encoder_lr"] < 1e-2  # annealed on the policy's schedule
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (self-play's --use-gpu learner)")
+def test_a_learner_on_the_gpu_trains_on_the_runners_cpu_rollouts():
+    """Runners act on the CPU and return CPU rollouts; a ``--use-gpu`` learner's update moves them to its device
+    and steps as the CPU learner does (to float tolerance: bf16 autocast on CUDA)."""
+    torch.manual_seed(0)
+    policy = RecurrentPolicy(CFG)
+    cfg = PPOConfig.test(num_envs=4, rollout_steps=16, seq_len=8, num_minibatches=2)
+    rollout = collect(policy, 16, 4, episode_len=8, generator=torch.Generator().manual_seed(1))
+    metrics = {}
+    for device in ("cpu", "cuda"):
+        learner = Learner(RecurrentPolicy(CFG), lr=cfg.lr, weight_decay=0.0, grad_clip=cfg.grad_clip,
+                          device=torch.device(device))
+        learner.load({"model": policy.state_dict()}, optimizer=False)
+        metrics[device] = update(learner, rollout, cfg, 0, torch.Generator().manual_seed(2))
+        assert all(p.device.type == device for p in learner.module.parameters())
+    for name in ("policy_loss", "value_loss", "entropy"):
+        assert metrics["cuda"][name] == pytest.approx(metrics["cpu"][name], abs=0.05), name
