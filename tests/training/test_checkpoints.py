@@ -120,29 +120,31 @@ def test_a_resume_that_would_not_be_exact_is_refused_before_training():
                                             model_config)
 
 
-def test_fine_tuning_starts_from_a_checkpoint_and_records_the_data(tiny_generated, tmp_path):
-    """--init-from takes the checkpoint's architecture (whatever --preset says) and weights, starts at step 0, and
-    the new checkpoints record the shards they were trained on; --resume with another --context is refused."""
+def test_fine_tuning_starts_from_a_checkpoint_and_records_the_data(tiny_generated, slot_checkpoint, tmp_path):
+    """--init-from takes the checkpoint's architecture (whatever --preset and --action-head say) and weights, starts
+    at step 0, and the new checkpoints record the shards they were trained on; --resume with another --context is
+    refused. The checkpoint fine-tuned is the session's (``slot_checkpoint``: 4 steps on ``tiny_generated``)."""
     from shards_schema.reader import open_version
     from training.checkpoints import shard_identity
     from training.loop import latest_checkpoint
     from training.pokemon.offline_rl import TrainConfig, run
 
     _, published, _ = tiny_generated
-    first = tmp_path / "first"
-    run(TrainConfig.tiny(shards=str(published.path), out=str(first), steps=4))
-    source = read_checkpoint(latest_checkpoint(first))
-    assert source.data == shard_identity(open_version(published.path))
+    source = read_checkpoint(slot_checkpoint)
+    assert source.step == 4 and source.data == shard_identity(open_version(published.path))
     assert re.fullmatch(r"[0-9a-f]{64}", source.data.vocabulary_sha256), source.data
     assert source.data.features == POKEMON_OBSERVATION
     tuned = tmp_path / "tuned"
-    run(TrainConfig.tiny(shards=str(published.path), out=str(tuned), steps=2, preset="small",
-                         init_from=latest_checkpoint(first)))
+    run(TrainConfig.tiny(shards=str(published.path), out=str(tuned), steps=2, preset="small", action_head="linear",
+                         init_from=slot_checkpoint))
     result = read_checkpoint(latest_checkpoint(tuned))
-    assert result.step == 2 and result.model_config == source.model_config  # tiny, not small
-    assert result.train_config["init_from"] == latest_checkpoint(first)
+    assert result.step == 2 and result.model_config == source.model_config  # tiny with slots, not small or linear
+    assert result.model_config["action_head"] == "slots"
+    assert result.train_config["init_from"] == slot_checkpoint
+    assert result.data == source.data
+    assert not all(torch.equal(result.model[k], source.model[k]) for k in source.model)  # it trained from there
     with pytest.raises(CheckpointError, match="--context 8, this run asks for 16"):
-        run(TrainConfig.tiny(shards=str(published.path), out=str(first), steps=8, context=16, resume=True))
+        run(TrainConfig.tiny(shards=str(published.path), out=str(tuned), steps=8, context=16, resume=True))
 
 
 def test_the_versions_trained_on_together_are_recorded_and_older_checkpoints_load(tmp_path):
