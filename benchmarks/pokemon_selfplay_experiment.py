@@ -5,6 +5,9 @@ rating curve.
     python benchmarks/pokemon_selfplay_experiment.py --work-dir /tmp/sp-ft --opponents heuristic \\
         --policy-init RUN/ray/.../checkpoint_000500 --updates 300 --strong-share 0.3 \
         --reference-kl 0.05 --critic-warmup 10                                                    # fine-tuned
+    python benchmarks/pokemon_selfplay_experiment.py ... --policy-init CKPT --lr 1e-4 --encoder-lr 1e-5 \\
+        --reward-knockout-dealt 0.05 --reward-knockout-taken 0.05 --reward-hp-swing 0.2 \\
+        --reward-keep-optimum                                            # fine-tuned: dense terms, trained encoder
 
 1. "before": the policy the run starts from, written as a step-0 self-play checkpoint exactly as the learner builds
    it (from scratch: an untrained policy on an untrained frozen encoder; with ``--policy-init``: the offline-RL
@@ -72,6 +75,14 @@ def main() -> None:
     parser.add_argument("--reference-kl", type=float, default=0.0,
                         help="with --policy-init: weight of the KL penalty to the offline-RL policy")
     parser.add_argument("--critic-warmup", type=int, default=0, help="updates that train the critic alone")
+    parser.add_argument("--lr", type=float, default=0.0, help="learning rate at update 0 (0: the preset's)")
+    parser.add_argument("--encoder-lr", type=float, default=0.0,
+                        help="learning rate of the turn encoder, trained with the policy (0: frozen)")
+    parser.add_argument("--reward-knockout-dealt", type=float, default=0.0, help="dense reward per knockout dealt")
+    parser.add_argument("--reward-knockout-taken", type=float, default=0.0, help="dense penalty per knockout taken")
+    parser.add_argument("--reward-hp-swing", type=float, default=0.0, help="dense reward per unit of HP swing")
+    parser.add_argument("--reward-keep-optimum", action="store_true",
+                        help="shape the dense terms as potential differences (the result's optimal policy kept)")
     parser.add_argument("--no-start-evaluation", action="store_true",
                         help="evaluate only the end (the start was measured in an earlier run of the same start)")
     parser.add_argument("--seed", type=int, default=0)
@@ -84,7 +95,9 @@ def main() -> None:
                          encoder_preset=args.encoder_preset, battle_format=args.format, seed=args.seed,
                          snapshot_share=round(0.95 - args.strong_share, 9), strong_share=args.strong_share,
                          weak_share=0.05, reference_kl=args.reference_kl, critic_warmup=args.critic_warmup,
-                         wandb_mode="disabled")
+                         lr=args.lr, encoder_lr=args.encoder_lr, reward_knockout_dealt=args.reward_knockout_dealt,
+                         reward_knockout_taken=args.reward_knockout_taken, reward_hp_swing=args.reward_hp_swing,
+                         reward_keep_optimum=args.reward_keep_optimum, wandb_mode="disabled")
     rows = []
     if args.policy_init and not args.no_start_evaluation:
         rows += evaluate(state_file(storage.normalize(args.policy_init)), args, "offline-RL checkpoint")
