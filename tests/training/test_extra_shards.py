@@ -36,9 +36,11 @@ def two_versions(ray_local, tmp_path_factory) -> list[str]:
         root.mkdir()
         for replay in sorted(bench.glob(f"{fmt}/*.json"))[:2]:
             shutil.copy(replay, root / replay.name)
-        # one parse actor each (0.5 CPU and a read task of 0.25): both jobs fit on the session's 2 CPUs at once
+        # one parse actor of a quarter CPU each, its read task an eighth: both jobs fit on the session's 2 CPUs at
+        # once with room to spare (an actor holds its CPUs for the whole job, and a job whose read task finds no room
+        # beside the actors never moves)
         cfg = ParseConfig.tiny(source="showdown-json", input=str(root), out=str(tmp / f"out-{fmt}"),
-                               num_parse_actors=1)
+                               num_parse_actors=1, cpus_per_actor=0.25)
         return str(parse(cfg, log=lambda *_: None).path)
 
     # both jobs at once: most of a tiny job is its actors' start-up
