@@ -254,6 +254,9 @@ def update(learner, rollout: Rollout, cfg: PPOConfig, update_index: int, generat
                          "them")
     if cfg.reference_kl and rollout.prior is None:
         raise ValueError("--reference-kl needs the starting policy's logits (Rollout.prior): a fine-tune's rollout")
+    # the runners' rollouts arrive on the CPU; the learner (and the encoder beside it) may train on a GPU. One copy
+    # per update: a rollout is a few MB, and its minibatches are indexed from it every epoch.
+    chunks = {k: v.to(learner.device, non_blocking=True) for k, v in training_sequences(rollout, cfg).items()}
     train_policy = update_index >= cfg.critic_warmup
     trainable = [p for p in learner.module.parameters() if p.requires_grad]
     if not train_policy:
@@ -261,9 +264,6 @@ def update(learner, rollout: Rollout, cfg: PPOConfig, update_index: int, generat
         # policy too; parameters without a gradient are skipped by the optimizer
         learner.module.requires_grad_(False)
         learner.module.critic.requires_grad_(True)
-    # the runners' rollouts arrive on the CPU; the learner (and the encoder beside it) may train on a GPU. One copy
-    # per update: a rollout is a few MB, and its minibatches are indexed from it every epoch.
-    chunks = {k: v.to(learner.device, non_blocking=True) for k, v in training_sequences(rollout, cfg).items()}
     try:
         return _epochs(learner, chunks, rollout.obs.shape, cfg, update_index, generator, train_policy, encoder)
     finally:
