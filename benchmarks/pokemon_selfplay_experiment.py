@@ -14,7 +14,8 @@ rating curve.
    policy's actor head under zero-started residuals, which must choose as the offline-RL policy does), evaluated
    in ``--battles`` battles per opponent on a local Showdown server (greedy, as ``training/pokemon/evaluate.py`` plays);
 2. ``training/selfplay.py --env pokemon`` for ``--updates`` PPO updates (timed);
-3. "after": the run's last checkpoint, evaluated the same way; with ``--policy-init``, the offline-RL checkpoint
+3. "after": the run's last checkpoint, evaluated the same way (``--play sampled``: also playing actions drawn from
+   the policy, as the runners do, rather than its most likely one); with ``--policy-init``, the offline-RL checkpoint
    itself too, so the step-0 claim is checked in battles, not assumed;
 4. the rating curve (``training/selfplay_report.py``) as ``ratings.png`` and every figure in ``results.json``.
 """
@@ -51,11 +52,13 @@ def initial_checkpoint(cfg, path: Path) -> Path:
     return path / "state.pt"
 
 
-def evaluate(checkpoint: str, args, label: str) -> list[dict]:
+def evaluate(checkpoint: str, args, label: str, sample: bool = False) -> list[dict]:
+    label += " (sampled)" if sample else ""
     print(f"[experiment] evaluating {label}: {checkpoint}")
     rows = play(EvalConfig(checkpoint=checkpoint, port=free_port(), battles=args.battles, formats=[args.format],
-                           opponents=args.opponents, concurrency=4))
-    return [{"policy": label, **{k: v for k, v in r.items() if k != "fallback_reasons"}} for r in rows]
+                           opponents=args.opponents, concurrency=4, sample=sample, sample_seed=args.seed))
+    return [{"policy": label, "play": "sampled" if sample else "greedy",
+             **{k: v for k, v in r.items() if k != "fallback_reasons"}} for r in rows]
 
 
 def main() -> None:
@@ -70,6 +73,9 @@ def main() -> None:
     parser.add_argument("--format", default="gen9randombattle")
     parser.add_argument("--opponents", nargs="+", default=["random"], help="evaluation opponents")
     parser.add_argument("--battles", type=int, default=200, help="evaluation battles per opponent")
+    parser.add_argument("--play", nargs="+", default=["greedy"], choices=["greedy", "sampled"],
+                        help="how the end policy is evaluated: its most likely action, and/or actions drawn from it "
+                             "(the stochastic policy PPO trains)")
     parser.add_argument("--strong-share", type=float, default=0.15,
                         help="share of games against the strong bots (snapshots get 0.95 minus it, RandomPlayer 0.05)")
     parser.add_argument("--reference-kl", type=float, default=0.0,
@@ -104,14 +110,15 @@ def main() -> None:
     if not args.no_start_evaluation:
         rows += evaluate(str(initial_checkpoint(cfg, work / "step0")), args, "self-play, step 0")
     last, train_s = run_to_end(cfg)
-    rows += evaluate(state_file(last), args, f"self-play, update {args.updates}")
+    for mode in args.play:
+        rows += evaluate(state_file(last), args, f"self-play, update {args.updates}", sample=mode == "sampled")
     png = report(ReportConfig(out=cfg.out, png=str(work / "ratings.png")))
 
     print(f"\nself-play: {args.updates} updates × {args.num_runners * args.battles_per_runner} battles in "
           f"{train_s / 60:.1f} min ({'from ' + args.policy_init if args.policy_init else 'from scratch'})")
-    print(f"{'policy':28s} {'opponent':10s} {'battles':>7s} {'win rate':>9s}  95% interval")
+    print(f"{'policy':38s} {'opponent':10s} {'battles':>7s} {'win rate':>9s}  95% interval")
     for r in rows:
-        print(f"{r['policy']:28s} {r['opponent']:10s} {r['battles']:7d} {r['win_rate']:9.1%}  "
+        print(f"{r['policy']:38s} {r['opponent']:10s} {r['battles']:7d} {r['win_rate']:9.1%}  "
               f"[{r['ci_low']:.1%}, {r['ci_high']:.1%}]")
     print(f"rating curve: {png}")
     (work / "results.json").write_text(json.dumps({"args": vars(args), "train_s": train_s, "checkpoint": last,

@@ -195,7 +195,7 @@ def test_a_trained_encoder_changes_and_resumes_exactly(start, tmp_path, one_torc
         """2 battles of 4 and 5 decisions, random turns, through SelfPlayPlayer.select."""
         g = torch.Generator().manual_seed(100 + u)
         me = SimpleNamespace(policy=policy.eval(), model=env.bc, context=env.context, states={}, steps={},
-                             greedy=False, record=True, record_inputs=True, generator=g, start=env.start)
+                             record=True, record_inputs=True, sampler=g, start=env.start)
         battles = []
         for b in range(2):
             tag, history = f"b{b}", []
@@ -446,7 +446,7 @@ def test_a_slot_head_fine_tune_resumes_and_its_checkpoint_plays(slot_checkpoint,
 @pytest.mark.timeout(600)
 def test_from_scratch_the_encoder_travels_with_the_checkpoint_and_it_plays(ray_local, tmp_path):
     """Without --policy-init: an untrained, frozen encoder of --encoder-preset; the checkpoint keeps it, evaluation
-    plays the checkpoint from it alone, and the report draws the snapshots' ratings."""
+    plays the checkpoint from it alone (sampling its actions), and the report draws the snapshots' ratings."""
     from training.checkpoints import read_checkpoint
     from training.loop import latest_checkpoint
     from training.pokemon.evaluate import EvalConfig
@@ -468,7 +468,8 @@ def test_from_scratch_the_encoder_travels_with_the_checkpoint_and_it_plays(ray_l
     fresh = untrained_encoder("tiny", 5)
     assert all(torch.equal(a, b) for a, b in zip(encoder.state_dict().values(), fresh.state_dict().values(),
                                                  strict=True))
-    rows = evaluate(EvalConfig.tiny(checkpoint=last, port=free_port()), log=lambda _: None)
+    # sampled, as the runners play it (greedy evaluation is the fine-tune test's)
+    rows = evaluate(EvalConfig.tiny(checkpoint=last, port=free_port(), sample=True), log=lambda _: None)
     assert rows[0]["battles"] == 2 and rows[0]["fallback_moves"] == 0
     said = []
     png = report(ReportConfig(out=str(out)), log=said.append)

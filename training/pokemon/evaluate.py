@@ -3,6 +3,7 @@
     python training/pokemon/evaluate.py --checkpoint runs/bc/.../state.pt --battles 200 --port 8123
     python training/pokemon/evaluate.py --checkpoint A/state.pt --checkpoint2 B/state.pt --battles 100 --port 8123
     python training/pokemon/evaluate.py --checkpoint ... --formats gen9randombattle gen1ou --battles 200 --port 8123
+    python training/pokemon/evaluate.py --checkpoint ... --sample --battles 400 --port 8123   # the sampled policy
 
 The server is the project's own install (127.0.0.1, the given port, stopped by PID at the end). The player is
 ``training/pokemon/player.py``'s: the policy sees exactly what it was trained on. Formats without generated
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import math
 import subprocess
 import time
@@ -89,6 +91,10 @@ class EvalConfig:
         concurrency: battles in flight per opponent.
         num_teams: teams in each player's rotation in formats that need teams.
         team_seed: seed of the exported teams (the generator's battle teams use other derived seeds).
+        sample: each policy plays actions drawn from its distribution (the stochastic policy PPO trains and
+            self-play's runners play), seeded; otherwise its most likely action (greedy).
+        sample_seed: seed of the sampled actions; each policy player draws from its own generator (this seed plus
+            its index), so its draws do not depend on how the battles interleave with other players'.
     """
 
     checkpoint: str
@@ -100,6 +106,8 @@ class EvalConfig:
     concurrency: int = 4
     num_teams: int = 50
     team_seed: int = 9001
+    sample: bool = False
+    sample_seed: int = 0
 
     def __post_init__(self):
         unknown = set(self.opponents) - set(OPPONENTS)
@@ -131,6 +139,11 @@ async def _play(cfg: EvalConfig, url: str, log=print) -> list[dict]:
     make_player = load_player(cfg.checkpoint)
     make_other = load_player(cfg.checkpoint2) if cfg.checkpoint2 else None
     rows, jobs, clients = [], [], []
+    seeds = itertools.count(cfg.sample_seed)
+
+    def sampling() -> dict:
+        return {"sample_seed": next(seeds)} if cfg.sample else {}
+
     for fmt in cfg.formats:
         names = ["checkpoint2"] if cfg.checkpoint2 else cfg.opponents
         # one rotation per player: ours first, then each opponent's, from consecutive export indices
@@ -141,9 +154,10 @@ async def _play(cfg: EvalConfig, url: str, log=print) -> list[dict]:
             tag = f"{fmt[3]}{fmt[-2:]}{k}"
             opts = {"server_configuration": server, "battle_format": fmt,
                     "max_concurrent_battles": cfg.concurrency, **CLIENT_TIMEOUTS}
-            player = make_player(AccountConfiguration(f"rf policy {tag}", None), team=team(0), **opts)
+            player = make_player(AccountConfiguration(f"rf policy {tag}", None), team=team(0), **sampling(), **opts)
             if make_other is not None:
-                opponent = make_other(AccountConfiguration(f"rf other {tag}", None), team=team(k + 1), **opts)
+                opponent = make_other(AccountConfiguration(f"rf other {tag}", None), team=team(k + 1), **sampling(),
+                                      **opts)
             else:
                 opponent = classes[name](AccountConfiguration(f"rf {name[:5]} {tag}", None), team=team(k + 1),
                                          **opts)

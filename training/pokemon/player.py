@@ -122,9 +122,18 @@ class LivePolicy:
 def greedy_action(model, tokens, numeric, legal) -> int:
     """A policy's most likely legal action (0-8) for the last turn of a window: tokens (1, T, 87), numeric
     (1, T, 50), legal (1, T, 9)."""
+    return policy_action(model, tokens, numeric, legal, None)
+
+
+def policy_action(model, tokens, numeric, legal, generator: torch.Generator | None) -> int:
+    """A policy's legal action (0-8) for the last turn of a window (shapes as ``greedy_action``): drawn from its
+    distribution with ``generator``, or its most likely one where ``generator`` is None."""
     with torch.no_grad():
         out = model(tokens, numeric, legal, torch.ones(legal.shape[:2], dtype=torch.bool))
-    return int(out.logits[0, -1].argmax())
+    logits = out.logits[0, -1]
+    if generator is None:
+        return int(logits.argmax())
+    return int(torch.multinomial(torch.softmax(logits.float(), -1), 1, generator=generator))
 
 
 def request_options(request: dict) -> int:
@@ -163,11 +172,13 @@ def action_choice(decision: Decision, action: int) -> str | None:
 
 class PolicyPlayer(Player):
     """A poke-env player of a ``LivePolicy``: the argmax legal action of a policy over its whole battle so far (up
-    to its context), sent as the simulator's own choice string."""
+    to its context), sent as the simulator's own choice string; with ``sample_seed``, an action drawn from the
+    policy's distribution instead (seeded)."""
 
-    def __init__(self, model, context: int, *args, **kwargs):
+    def __init__(self, model, context: int, *args, sample_seed: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.model, self.context = model, context
+        self.sampler = None if sample_seed is None else torch.Generator().manual_seed(sample_seed)
         self.live = LivePolicy(model, context)
         self.trackers, self.history = self.live.trackers, self.live.history
 
@@ -184,8 +195,8 @@ class PolicyPlayer(Player):
         await super()._handle_battle_message(split_messages)
 
     def select(self, battle, tokens, numeric, legal) -> int:
-        """The action (0-8) for the last turn of a window: the policy's most likely legal action."""
-        return greedy_action(self.model, tokens, numeric, legal)
+        """The action (0-8) for the last turn of a window: the policy's most likely legal action, or a sampled one."""
+        return policy_action(self.model, tokens, numeric, legal, self.sampler)
 
     def choose_move(self, battle):
         choice, reason = self.live.decide(battle.battle_tag, battle.player_role, battle.last_request,

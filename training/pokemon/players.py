@@ -17,8 +17,9 @@ def load_player(path: str):
     ``state.pt``, a path or a URI): an offline-RL policy (``pokemon_policy``) or a self-play policy
     (``pokemon_selfplay``, on the encoder its checkpoint holds: the one it was trained on, frozen or trained with it
     by ``--encoder-lr``; a fine-tune's logits added to those of the starting policy the checkpoint keeps, as in
-    training), both choosing their most likely legal action. Refused when the checkpoint reads another
-    observation spec or vocabulary than this code makes."""
+    training), both choosing their most likely legal action; a player made with ``sample_seed=N`` draws its action
+    from the policy's distribution instead (seeded), as self-play's runners do. Refused when the checkpoint reads
+    another observation spec or vocabulary than this code makes."""
     ckpt = read_checkpoint(path)
     if ckpt.kind == "pokemon_policy":
         return functools.partial(PolicyPlayer, *checked_policy(ckpt))
@@ -26,7 +27,6 @@ def load_player(path: str):
         ckpt.check_features(live_identity(POKEMON_OBSERVATION))
         encoder, context = encoder_from_state(ckpt.extra["encoder"])
         start = start_from_state(ckpt.extra.get("start"), encoder)
-        return functools.partial(SelfPlayPlayer, encoder, context, ckpt.build_model(), start=start, record=False,
-                                 greedy=True)
+        return functools.partial(SelfPlayPlayer, encoder, context, ckpt.build_model(), start=start, record=False)
     raise CheckpointError(f"{path} holds a {ckpt.kind} model; evaluate.py plays pokemon_policy and "
                           "pokemon_selfplay checkpoints")

@@ -227,7 +227,7 @@ class PokemonRunner:
             # on the runner's encoder, which a trained encoder (--encoder-lr) brings up to the update: a snapshot
             # keeps its policy only (an encoder per snapshot would be ~60 MB each at the small preset)
             return SelfPlayPlayer(self.bc_model, self.context, policy, account, start=self.start, record=False,
-                                  seed=self.seed + 1, **common)
+                                  sample_seed=self.seed + 1, **common)
         return getattr(players, OPPONENT_CLASSES[opponent.name])(account, **common)
 
     def collect(self, weights: dict, battles: int, encoder_weights: dict | None = None):
@@ -247,7 +247,7 @@ class PokemonRunner:
             learner = made["learner"] = SelfPlayPlayer(
                 self.bc_model, self.context, self.policy, AccountConfiguration(f"rf learner {tag}", None),
                 server_configuration=ServerConfiguration(self.url, None), battle_format=self.format,
-                max_concurrent_battles=self.concurrency, seed=self.seed + self.rounds,
+                max_concurrent_battles=self.concurrency, sample_seed=self.seed + self.rounds,
                 record_inputs=self.record_inputs, start=self.start)
             clients = [learner]
             for k, (choice, n) in enumerate(sorted(drawn.items(), key=lambda item: item[0].name)):

@@ -108,18 +108,17 @@ class SelfPlayPlayer(PolicyPlayer):
     is that policy, frozen); None: a policy without a prior (from scratch)."""
 
     def __init__(self, bc_model, context: int, policy, *args, start: PokemonPolicy | None = None,
-                 record: bool = True, greedy: bool = False, seed: int = 0, record_inputs: bool = False, **kwargs):
+                 record: bool = True, record_inputs: bool = False, **kwargs):
         super().__init__(bc_model, context, *args, **kwargs)
         if (start is not None) != policy.cfg.prior:
             raise ValueError("a policy with a prior needs the starting policy (start)" if policy.cfg.prior
                              else "this policy reads no prior: start must be None")
-        self.policy, self.record, self.greedy, self.record_inputs = policy.eval(), record, greedy, record_inputs
+        self.policy, self.record, self.record_inputs = policy.eval(), record, record_inputs
         self.start = start
         self.states: dict[str, tuple] = {}
         self.steps: dict[str, list[dict]] = {}
         self.finished: list[RecordedBattle] = []
         self.opponent = None  # the league's Opponent of the battles now being played
-        self.generator = torch.Generator().manual_seed(seed)
 
     def select(self, battle, tokens, numeric, legal) -> int:
         tag, window = battle.battle_tag, self.policy.cfg.opponent_window
@@ -137,9 +136,10 @@ class SelfPlayPlayer(PolicyPlayer):
             out = self.policy.step(obs[None], opponent[None], valid[None], torch.tensor([first]),
                                    legal[0, -1][None], state, None if prior is None else prior[None])
             probs = torch.softmax(out.logits[0, 0].float(), -1)
-            # greedy: evaluation, as PolicyPlayer (the same choice as the offline-RL policy at step 0)
-            action = int(probs.argmax()) if self.greedy else int(torch.multinomial(probs, 1,
-                                                                                     generator=self.generator))
+            # no sampler (greedy): evaluation's default, as PolicyPlayer's (a fine-tune at step 0 chooses as the
+            # offline-RL policy); training's runners sample, as PPO's policy is the distribution
+            action = int(probs.argmax()) if self.sampler is None else int(torch.multinomial(probs, 1,
+                                                                                              generator=self.sampler))
         self.states[tag] = out.state
         if self.record:
             step = {"obs": obs, "opponent": opponent, "opponent_valid": valid, "legal": legal[0, -1],
