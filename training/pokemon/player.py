@@ -130,10 +130,15 @@ def policy_action(model, tokens, numeric, legal, generator: torch.Generator | No
     distribution with ``generator``, or its most likely one where ``generator`` is None."""
     with torch.no_grad():
         out = model(tokens, numeric, legal, torch.ones(legal.shape[:2], dtype=torch.bool))
-    logits = out.logits[0, -1]
+    return pick_action(torch.softmax(out.logits[0, -1].float(), -1), generator)
+
+
+def pick_action(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    """An action of a distribution over actions (9,): drawn with ``generator``, or the most likely one where it is
+    None (greedy: evaluation's default)."""
     if generator is None:
-        return int(logits.argmax())
-    return int(torch.multinomial(torch.softmax(logits.float(), -1), 1, generator=generator))
+        return int(probs.argmax())
+    return int(torch.multinomial(probs, 1, generator=generator))
 
 
 def request_options(request: dict) -> int:

@@ -18,7 +18,7 @@ from torch import nn
 
 from models.pokemon_policy import PokemonPolicy, PolicyConfig
 from training.checkpoints import config_from_dict
-from training.pokemon.player import PolicyPlayer
+from training.pokemon.player import PolicyPlayer, pick_action
 
 
 class TeamState(NamedTuple):
@@ -138,8 +138,7 @@ class SelfPlayPlayer(PolicyPlayer):
             probs = torch.softmax(out.logits[0, 0].float(), -1)
             # no sampler (greedy): evaluation's default, as PolicyPlayer's (a fine-tune at step 0 chooses as the
             # offline-RL policy); training's runners sample, as PPO's policy is the distribution
-            action = int(probs.argmax()) if self.sampler is None else int(torch.multinomial(probs, 1,
-                                                                                              generator=self.sampler))
+            action = pick_action(probs, self.sampler)
         self.states[tag] = out.state
         if self.record:
             step = {"obs": obs, "opponent": opponent, "opponent_valid": valid, "legal": legal[0, -1],
