@@ -60,7 +60,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import itertools
 import json
 import math
 import os
@@ -91,11 +90,17 @@ from pipelines.parse_replays import (  # noqa: E402
     read_groups,
 )
 from pipelines.writer import (  # noqa: E402
+    _PARQUET_OPTIONS,
+    INDEX_COLUMN,
     GroupResult,
+    Moved,
     PublishResult,
     VersionPublisher,
     VersionSpec,
     WrittenKeys,
+    group_tables,
+    group_tables_reference,
+    task_rows,
 )
 from shards_schema.manifest import FileEntry  # noqa: E402
 
@@ -283,7 +288,8 @@ def tile(rec: Recording, shard_size_mb: float) -> Recording:
 # ---------------------------------------------------------------------------- 2. replay
 def renamed(row: pa.Table, group: str, suffix: str) -> pa.Table:
     """A recorded group's row (``GroupResult.to_arrow``) as group ``group`` of new inputs: ``suffix`` appended to
-    every input id and dedupe key, the group's name in its file names replaced. Arrow compute only."""
+    every input id and dedupe key, the group's name in its file names replaced; its index rows as recorded (the
+    driver adds input ids and files to them). Arrow compute only."""
     old = row.column("group")[0].as_py()
 
     def files_renamed(paths: pa.Array) -> pa.Array:
@@ -307,7 +313,8 @@ def renamed(row: pa.Table, group: str, suffix: str) -> pa.Table:
     file_structs = pa.StructArray.from_arrays(list(file_columns.values()), fields=list(file_values.type))
     return pa.Table.from_arrays(
         [pa.array([group]), pa.ListArray.from_arrays(pa.array([0, len(structs)], pa.int32()), structs),
-         pa.ListArray.from_arrays(pa.array([0, len(file_structs)], pa.int32()), file_structs)],
+         pa.ListArray.from_arrays(pa.array([0, len(file_structs)], pa.int32()), file_structs),
+         row.column(INDEX_COLUMN)],  # the index rows hold no input id or file name: the driver adds them
         schema=row.schema)
 
 
@@ -398,7 +405,7 @@ def replay(rec: Recording, *, cores: float | None, groups: int, out_root: str, n
                                                "groups_per_s": target / num_actors if target else None})
     publisher = VersionPublisher(spec, schema=parser.schema, index_schema=parser.index_schema,
                                  parquet_options=parser.parquet_options, rewrite=_no_rewrite,
-                                 license=registry.source_license(rec.source))
+                                 license=registry.source_license(rec.source), keep_tasks=True)
     arrivals = []  # (monotonic s, groups so far, process CPU s, main-thread CPU s, loop s so far)
     loop_s, n, spy = 0.0, 0, None
     start = time.monotonic()
@@ -488,7 +495,7 @@ def loop_cost(rec: Recording, *, groups: int, out_root: str, profile: bool = Fal
     spec = VersionSpec(out_root=out_root, dataset=parser.schema_name(), code=parser.versions, source=rec.source,
                        source_revision=None, config={"benchmark": "driver_capacity loop"}, planned_inputs="loop")
     publisher = VersionPublisher(spec, schema=parser.schema, index_schema=parser.index_schema,
-                                 parquet_options=parser.parquet_options, rewrite=_no_rewrite)
+                                 parquet_options=parser.parquet_options, rewrite=_no_rewrite, keep_tasks=True)
     rows = [renamed(rec.rows[k % len(rec.rows)], f"{k:05d}-000", f"~{k}") for k in range(groups)]
     cpu_s = 0.0
     try:
@@ -502,7 +509,7 @@ def loop_cost(rec: Recording, *, groups: int, out_root: str, profile: bool = Fal
     lines = []
     if profile:  # again under cProfile, whose overhead is left out of the time above
         publisher = VersionPublisher(spec, schema=parser.schema, index_schema=parser.index_schema,
-                                     parquet_options=parser.parquet_options, rewrite=_no_rewrite)
+                                     parquet_options=parser.parquet_options, rewrite=_no_rewrite, keep_tasks=True)
         prof = cProfile.Profile()
         try:
             prof.enable()
@@ -519,14 +526,17 @@ def loop_cost(rec: Recording, *, groups: int, out_root: str, profile: bool = Fal
 
 
 def loop_breakdown(rec: Recording) -> dict[str, float]:
-    """CPU µs per input of the loop's parts on one (renamed) recorded group, best of 3, and of the columnar index
-    the publisher could build instead (the index rows as Arrow structs, ``input_id``, ``file`` and ``row_start`` by
-    ``take``: the change the hot spots point to), for the profile's table."""
+    """CPU µs per input of the loop's parts on one (renamed) recorded group, best of 3: the row's columns, the
+    dedupe claims, ``group_tables`` (index, quarantine, counts, digest by Arrow kernels), the tasks-file row and the
+    Parquet writes of the index, quarantine and tasks rows; and, for comparison, the Python form of the group
+    (``records``) and ``group_tables_reference``, the record-by-record loop the driver ran before."""
     row = renamed(rec.rows[0], "00001-000", "~x")
-    table = stages.struct_table(row.column("records")[0].values)
     [group] = GroupResult.from_arrow(row)
-    inputs = len(group.records)
+    records, index_lists = group.record_columns(), group.index_lists()
+    inputs = records.num_rows
     index_schema = job_config(rec.schema, Path("."), [], rec.shard_size_mb, "unused").parser.index_schema
+    args = (records, index_lists, {}, Moved({}, {}), index_schema)
+    tables, tasks = group_tables(*args), task_rows(group)
 
     def best_us(fn) -> float:
         times = []
@@ -538,46 +548,25 @@ def loop_breakdown(rec: Recording) -> dict[str, float]:
 
     def claims():
         keys = WrittenKeys()
-        for r in group.records:
-            if r.dedupe_key is not None:
-                keys.claim(r.dedupe_key, r.input_id)
+        written = pc.equal(records.column("status"), "written")
+        for key, input_id in zip(records.column("dedupe_key").filter(written).to_pylist(),
+                                 records.column("input_id").filter(written).to_pylist(), strict=True):
+            if key is not None:
+                keys.claim(key, input_id)
 
-    def digest():
-        h = hashlib.sha256()
-        for r in group.records:
-            h.update(f"{r.input_id}\t{r.input_sha256 or '-'}\n".encode())
-
-    def index_dicts() -> list[dict]:
-        return [{**x, "input_id": r.input_id, "file": p.file, "row_start": p.row_start + x["row_start"]}
-                for r, p in zip(group.records, group.placements, strict=True) if p for x in r.index_rows]
-
-    dicts = index_dicts()
-    index_json = [x for x in table.column("index_json").to_pylist() if x]
-    # the columnar alternative: the index rows as a list of structs per record, as a worker could send them
-    nested = [r.index_rows or [] for r in group.records]
-    structs = pa.Table.from_pylist([x for rows in nested for x in rows]).to_struct_array().combine_chunks()
-    offsets = pa.array([0, *itertools.accumulate(len(rows) for rows in nested)], pa.int32())
-    index_lists = pa.ListArray.from_arrays(offsets, structs)
-    placement = table.column("placement").combine_chunks()
-
-    def columnar_index() -> pa.Table:
-        parents = pc.list_parent_indices(index_lists)
-        flat = stages.struct_table(index_lists.flatten())
-        starts = pc.add(pc.take(placement.field("row_start"), parents), flat.column("row_start"))
-        flat = flat.set_column(flat.schema.get_field_index("row_start"), "row_start", starts)
-        flat = flat.drop_columns([c for c in ("input_id", "file") if c in flat.column_names])  # add_group's win
-        flat = flat.append_column("input_id", pc.take(table.column("input_id"), parents))
-        flat = flat.append_column("file", pc.take(placement.field("file"), parents))
-        return flat.select(index_schema.names).cast(index_schema)
+    def written(table: pa.Table) -> None:
+        with pq.ParquetWriter(pa.BufferOutputStream(), table.schema, **_PARQUET_OPTIONS) as out:
+            out.write_table(table)
 
     return {"from_arrow": best_us(lambda: GroupResult.from_arrow(row)),
-            "of which to_pylist of the records": best_us(table.to_pylist),
-            "of which records_of": best_us(lambda: stages.records_of(table)),
-            "of which json.loads of index_json": best_us(lambda: [json.loads(x) for x in index_json]),
-            "add_group: WrittenKeys.claim": best_us(claims), "add_group: inputs digest": best_us(digest),
-            "add_group: index dicts": best_us(index_dicts),
-            "add_group: index from_pylist": best_us(lambda: pa.Table.from_pylist(dicts, schema=index_schema)),
-            "instead: columnar index (take, cast)": best_us(columnar_index)}
+            "the row's columns (record_columns, index_lists)": best_us(
+                lambda: (group.record_columns(), group.index_lists())),
+            "WrittenKeys.claim": best_us(claims), "group_tables": best_us(lambda: group_tables(*args)),
+            "task_rows": best_us(lambda: task_rows(group)),
+            "Parquet writes (index, quarantine, tasks)": best_us(
+                lambda: [written(t) for t in (tables.index, tables.quarantine, tasks)]),
+            "before: records in Python": best_us(lambda: GroupResult.from_arrow(row)[0].records),
+            "before: group_tables_reference": best_us(lambda: group_tables_reference(*args))}
 
 
 # ---------------------------------------------------------------------------- 3. planning

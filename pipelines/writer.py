@@ -37,9 +37,19 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.stages import InputRecord, ParsedBatch, record_table, records_of, struct_table, task_of
+from pipelines.stages import (
+    LOST_ERROR_TYPE,
+    UNREADABLE,
+    InputRecord,
+    ParsedBatch,
+    record_table,
+    records_of,
+    struct_table,
+    task_of,
+)
 from shards_schema import storage
 from shards_schema.card import UNKNOWN_LICENSE, SourceLicense, card_file, dataset_card
 from shards_schema.manifest import CARD_NAME, MANIFEST_FORMAT, MANIFEST_NAME, Counts, FileEntry, Manifest
@@ -236,38 +246,131 @@ class Placement:
 
 _PLACEMENT = pa.struct([("file", pa.string()), ("row_start", pa.int64()), ("unknown_words", pa.int64())])
 _FILE = pa.struct([("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()), ("sha256", pa.string())])
+INDEX_COLUMN = "index_rows"
+"""The column of a group's row that holds its records' index rows (``GroupResult.to_arrow``)."""
 
 
-@dataclass(frozen=True)
+def _ipc_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as stream:
+        stream.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
 class GroupResult:
     """What a worker hands the driver for one group of consecutive inputs: a record per input (index rows filled
-    in, relative to the input), where each written one's rows are, and the shard files it wrote. Small: no rows."""
+    in, relative to the input), where each written one's rows are, and the shard files it wrote. Small: no rows.
 
-    group: str
-    records: list[InputRecord]
-    placements: list[Placement | None]
-    files: list[FileEntry]
+    Two forms of one group. A worker builds it from Python records (``GroupWriter.close``) and sends its Arrow row
+    (``to_arrow``); the driver takes that row as the worker made it (``from_arrow``, the Ray Data block's rows) and
+    the publisher works on its columns (``record_columns``, ``index_lists``): no input becomes a Python object
+    there. ``records`` and ``placements``, the Python form, are made from the columns only when asked for (tests,
+    the reference publisher path ``group_tables_reference``).
 
+    The row: ``group``; ``records``, a list of structs (the ``record_table`` columns, ``index_json`` left null, and
+    ``placement``); ``files``, a list of ``FileEntry`` structs; and ``index_rows``: the records' index rows as one
+    Arrow IPC stream of a one-column table, a list of index-row structs per record (null where it has none), their
+    types inferred from the worker's values, since the row's own schema is the same for every parser (Ray Data
+    blocks and the tasks file hold groups of any schema); the driver casts them to the index schema. Before, the
+    index rows travelled as JSON text in ``index_json`` and the driver made every record a Python object
+    (``to_pylist``, ``json.loads``, a dict per index row, ``from_pylist``): ~46 µs per Melee input at 128 MiB shards
+    (docs/results.md). Tasks files of that format are still read (``from_arrow``).
+    """
+
+    def __init__(self, group: str, records: list[InputRecord], placements: list[Placement | None],
+                 files: list[FileEntry]):
+        self.group, self.files = group, list(files)
+        self._records: list[InputRecord] | None = list(records)
+        self._placements: list[Placement | None] | None = list(placements)
+        self._row: pa.Table | None = None
+
+    @classmethod
+    def _of_row(cls, row: pa.Table, group: str, files: list[FileEntry]) -> GroupResult:
+        result = cls.__new__(cls)
+        result.group, result.files = group, files
+        result._records = result._placements = None
+        result._row = row
+        return result
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, GroupResult):
+            return NotImplemented
+        return ((self.group, self.records, self.placements, self.files)
+                == (other.group, other.records, other.placements, other.files))
+
+    def __repr__(self) -> str:
+        return f"GroupResult({self.group!r}, {self.num_inputs} inputs, {len(self.files)} files)"
+
+    # ------------------------------------------------------------------ the columns (the driver's form)
     def to_arrow(self) -> pa.Table:
         """One row (what a Ray Data batch function returns)."""
-        records = record_table(self.records)
-        placements = pa.array([p.__dict__ if p else None for p in self.placements], _PLACEMENT)
-        records = records.append_column("placement", placements)
-        nested = pa.ListArray.from_arrays(pa.array([0, len(self.records)], pa.int32()),
-                                          records.to_struct_array().combine_chunks())
-        files = pa.array([[f.__dict__ for f in self.files]], pa.list_(_FILE))
-        return pa.table({"group": [self.group], "records": nested, "files": files})
+        if self._row is None:
+            records = record_table([replace(r, index_rows=None) for r in self._records])
+            placements = pa.array([p.__dict__ if p else None for p in self._placements], _PLACEMENT)
+            records = records.append_column("placement", placements)
+            nested = pa.ListArray.from_arrays(pa.array([0, records.num_rows], pa.int32()),
+                                              records.to_struct_array().combine_chunks())
+            files = pa.array([[f.__dict__ for f in self.files]], pa.list_(_FILE))
+            index = pa.table({INDEX_COLUMN: pa.array([r.index_rows for r in self._records])})
+            self._row = pa.table({"group": [self.group], "records": nested, "files": files,
+                                  INDEX_COLUMN: pa.array([_ipc_bytes(index)], pa.binary())})
+        return self._row
+
+    def record_columns(self) -> pa.Table:
+        """The records as columns (``record_table``'s and ``placement``), one row per input."""
+        return struct_table(self.to_arrow().column("records").combine_chunks()[0].values)
+
+    def index_lists(self) -> pa.Array:
+        """The records' index rows: a list of structs per record (null where it has none; a ``NullArray`` when no
+        record has any)."""
+        data = self.to_arrow().column(INDEX_COLUMN).combine_chunks()[0].as_buffer()
+        return pa.ipc.open_stream(data).read_all().column(0).combine_chunks()
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self._records) if self._records is not None else len(self.to_arrow().column("records")[0])
+
+    @property
+    def written_rows(self) -> int:
+        """Rows of its written inputs."""
+        if self._records is not None:
+            return sum(r.num_rows for r in self._records if r.status == "written")
+        table = self.record_columns()
+        return pc.sum(table.column("num_rows").filter(pc.equal(table.column("status"), "written"))).as_py() or 0
+
+    # ------------------------------------------------------------------ the Python form
+    @property
+    def records(self) -> list[InputRecord]:
+        if self._records is None:
+            index = self.index_lists()
+            index = index.to_pylist() if pa.types.is_list(index.type) else [None] * len(index)
+            self._records = [replace(r, index_rows=rows) for r, rows in
+                             zip(records_of(self.record_columns()), index, strict=True)]
+        return self._records
+
+    @property
+    def placements(self) -> list[Placement | None]:
+        if self._placements is None:
+            self._placements = [Placement(**p) if p else None
+                                for p in self.record_columns().column("placement").to_pylist()]
+        return self._placements
 
     @classmethod
     def from_arrow(cls, block: pa.Table) -> list[GroupResult]:
-        """The groups of a block of ``to_arrow`` rows (Ray Data may join several), in order."""
-        out = []
+        """The groups of a block of ``to_arrow`` rows (Ray Data may join several), in order; each keeps its row of
+        the block. A block of the format before ``index_rows`` (index rows as JSON in the records' ``index_json``:
+        tasks files of earlier versions) is read through the Python form."""
         groups, files = block.column("group").to_pylist(), block.column("files").to_pylist()
+        files = [[FileEntry(**f) for f in group_files] for group_files in files]
+        if INDEX_COLUMN in block.column_names:
+            return [cls._of_row(block.slice(i, 1), group, group_files)
+                    for i, (group, group_files) in enumerate(zip(groups, files, strict=True))]
+        out = []
         records = block.column("records")
         for i, (group, group_files) in enumerate(zip(groups, files, strict=True)):
             table = struct_table(records[i].values)
             placements = [Placement(**p) if p else None for p in table.column("placement").to_pylist()]
-            out.append(cls(group, records_of(table), placements, [FileEntry(**f) for f in group_files]))
+            out.append(cls(group, records_of(table), placements, group_files))
         return out
 
 
@@ -276,15 +379,26 @@ TASKS_SCHEMA = pa.schema([("task", pa.string()), ("lost", pa.int64()), *_GROUP_S
 """A version's tasks file (``tasks-<sha256[:12]>.parquet``, named in its manifest's ``extra.tasks``): one row per
 group, in input order, as its worker handed it to the driver, before the driver dropped duplicates of earlier groups:
 its read task (``pipelines.stages.task_key``), how many of its inputs the store did not deliver (``lost``), and the
-``GroupResult`` columns (a record and placement per input, the shard files it wrote). A later job over more inputs
-hands these rows to its publisher in place of parsing the task again (``EarlierVersion``)."""
+``GroupResult`` columns (a record and placement per input, the shard files it wrote, the index rows). A later job
+over more inputs hands these rows to its publisher in place of parsing the task again (``EarlierVersion``). Files
+without ``index_rows`` (index rows as JSON in ``records.index_json``) are read too."""
+
+
+def _lost(records: pa.Table) -> pa.Array:
+    """Which records are inputs the store did not deliver (``InputRecord.lost``), as a boolean column."""
+    return pc.fill_null(pc.and_(pc.and_(pc.equal(records.column("status"), "quarantined"),
+                                        pc.equal(records.column("reason"), UNREADABLE)),
+                                pc.equal(records.column("error_type"), LOST_ERROR_TYPE)), False)
 
 
 def task_rows(result: GroupResult) -> pa.Table:
-    """A group's row of the tasks file."""
+    """A group's row of the tasks file: its row as the worker made it, after its task and lost inputs."""
     row = result.to_arrow()
-    lost = sum(r.lost for r in result.records)
-    return pa.Table.from_arrays([pa.array([task_of(result.group)]), pa.array([lost], pa.int64()), *row.columns],
+    lost = pc.sum(_lost(result.record_columns())).as_py() or 0
+    # a row read back from a tasks file names its lists' items as Parquet does ("element"): cast to the schema's
+    columns = [row.column(f.name) if row.schema.field(f.name).type == f.type else row.column(f.name).cast(f.type)
+               for f in _GROUP_SCHEMA]
+    return pa.Table.from_arrays([pa.array([task_of(result.group)]), pa.array([lost], pa.int64()), *columns],
                                 schema=TASKS_SCHEMA)
 
 
@@ -482,6 +596,146 @@ class PublishResult:
         return Path(self.uri) if storage.is_local(self.uri) else self.uri
 
 
+@dataclass
+class GroupTables:
+    """What one group adds to a version once duplicates of earlier groups are dropped: its index and quarantine
+    rows, the lines its inputs add to the inputs digest (``<input id>\\t<sha256 or ->\\n`` each), and its counts."""
+
+    index: pa.Table
+    quarantine: pa.Table
+    digest_lines: bytes
+    written: int
+    rows: int
+    trajectories: int
+    unknown_words: int
+    filtered: Counter
+    quarantined: Counter
+    relabelled: Counter
+
+
+@dataclass(frozen=True)
+class Moved:
+    """The shards a group's duplicates of earlier groups were dropped from: ``drops`` (file → the dropped rows'
+    ``(start, count)``, in input order) and each such file's new entry (None: no row left)."""
+
+    drops: dict[str, list[tuple[int, int]]]
+    renamed: dict[str, FileEntry | None]
+
+    def place(self, file: str, row_start: int) -> tuple[str, int]:
+        """Where a kept input's rows are once the dropped rows before them left their file."""
+        if file not in self.drops:
+            return file, row_start
+        return self.renamed[file].path, row_start - sum(n for start, n in self.drops[file] if start < row_start)
+
+
+def _duplicate(message: str) -> dict:
+    return {"status": "filtered", "stage": "filter", "error_type": "filter", "reason": "duplicate", "message": message}
+
+
+def _counter(values: pa.Array) -> Counter:
+    counts = pc.value_counts(values)
+    return Counter(dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True)))
+
+
+def _string_bytes(strings: pa.Array) -> bytes:
+    """The UTF-8 bytes of a string array's values, one after another."""
+    offsets = np.frombuffer(strings.buffers()[1], np.int32)[strings.offset:strings.offset + len(strings) + 1]
+    return memoryview(strings.buffers()[2])[offsets[0]:offsets[-1]].tobytes() if len(strings) else b""
+
+
+def group_tables(records: pa.Table, index_lists: pa.Array, duplicates: dict[int, str], moved: Moved,
+                 index_schema: pa.Schema) -> GroupTables:
+    """A group's ``GroupTables`` from its columns (``GroupResult.record_columns`` and ``index_lists``), with Arrow
+    kernels: ``duplicates`` (record position → message) are filtered as duplicates, their rows left ``moved``.
+    ``group_tables_reference`` is the same record by record in Python; a test compares them."""
+    n = records.num_rows
+    columns = {name: records.column(name).combine_chunks() for name in records.column_names}
+    if duplicates:  # rare: the few records turned into duplicates' drops, column by column
+        mask = np.zeros(n, bool)
+        mask[list(duplicates)] = True
+        for name, value in _duplicate("").items():
+            values = [duplicates[at] for at in sorted(duplicates)] if name == "message" else [value] * len(duplicates)
+            columns[name] = pc.replace_with_mask(columns[name], pa.array(mask), pa.array(values, pa.string()))
+    status, placement = columns["status"], columns["placement"]
+    written = pc.fill_null(pc.equal(status, "written"), False)
+    filtered = pc.fill_null(pc.equal(status, "filtered"), False)
+    dropped = pc.invert(written)
+    quarantined = pc.and_(dropped, pc.invert(filtered))
+    sha = columns["input_sha256"]
+    sha = pc.fill_null(pc.if_else(pc.equal(sha, ""), pa.scalar("-"), sha), "-")  # `sha or '-'`
+    lines = pc.binary_join_element_wise(pc.binary_join_element_wise(columns["input_id"], sha, "\t"), "", "\n")
+    quarantine = pa.Table.from_arrays(
+        [columns["input_id"].filter(dropped), columns["source"].filter(dropped), status.filter(dropped),
+         *(columns[name].filter(dropped) for name in ("stage", "error_type", "reason", "message", "input_sha256"))],
+        schema=QUARANTINE_SCHEMA)
+    relabelled = columns["relabelled"]
+    relabelled = relabelled.filter(pc.and_(written, pc.fill_null(pc.not_equal(relabelled, ""), False)))
+
+    if pa.types.is_list(index_lists.type):
+        parents = pc.list_parent_indices(index_lists)
+        keep = pc.take(written, parents)
+        parents = parents.filter(keep)
+        values = index_lists.flatten().filter(keep)
+    else:  # no record has index rows
+        parents, values = pa.array([], pa.int64()), None
+    index_columns = {}
+    if len(parents):
+        index_columns = dict(zip([f.name for f in values.type], values.flatten(), strict=True))
+        if moved.drops:  # rare: the kept inputs' places in the rewritten files, in Python
+            places = [moved.place(f, s) if f is not None else (None, None) for f, s in zip(
+                placement.field("file").to_pylist(), placement.field("row_start").to_pylist(), strict=True)]
+            files = pa.array([f for f, _ in places], pa.string())
+            starts = pa.array([s for _, s in places], pa.int64())
+        else:
+            files, starts = placement.field("file"), placement.field("row_start")
+        index_columns["input_id"] = columns["input_id"].take(parents)
+        index_columns["file"] = files.take(parents)
+        index_columns["row_start"] = pc.add(starts.take(parents), index_columns["row_start"].cast(pa.int64()))
+    index = pa.Table.from_arrays(
+        [index_columns[f.name].cast(f.type) if f.name in index_columns else pa.nulls(len(parents), f.type)
+         for f in index_schema], schema=index_schema)
+    return GroupTables(
+        index=index, quarantine=quarantine, digest_lines=_string_bytes(lines), written=pc.sum(written).as_py() or 0,
+        rows=pc.sum(columns["num_rows"].filter(written)).as_py() or 0, trajectories=len(parents),
+        unknown_words=pc.sum(placement.field("unknown_words").filter(written)).as_py() or 0,
+        filtered=_counter(columns["reason"].filter(filtered)),
+        quarantined=_counter(columns["reason"].filter(quarantined)), relabelled=_counter(relabelled))
+
+
+def group_tables_reference(records: pa.Table, index_lists: pa.Array, duplicates: dict[int, str], moved: Moved,
+                           index_schema: pa.Schema) -> GroupTables:
+    """``group_tables`` record by record in Python (the readable reference)."""
+    index_rows = index_lists.to_pylist() if pa.types.is_list(index_lists.type) else [None] * records.num_rows
+    placements = records.column("placement").to_pylist()
+    index, quarantine, lines = [], [], []
+    out = GroupTables(index=None, quarantine=None, digest_lines=b"", written=0, rows=0, trajectories=0,
+                      unknown_words=0, filtered=Counter(), quarantined=Counter(), relabelled=Counter())
+    for at, (record, rows, placement) in enumerate(zip(records_of(records), index_rows, placements, strict=True)):
+        if at in duplicates:
+            record = record.dropped(**_duplicate(duplicates[at]))
+        lines.append(f"{record.input_id}\t{record.input_sha256 or '-'}\n")
+        if record.status != "written":
+            (out.filtered if record.status == "filtered" else out.quarantined)[record.reason] += 1
+            quarantine.append({
+                "input_id": record.input_id, "source": record.source, "kind": record.status, "stage": record.stage,
+                "error_type": record.error_type, "reason": record.reason, "message": record.message,
+                "input_sha256": record.input_sha256})
+            continue
+        file, row_start = moved.place(placement["file"], placement["row_start"])
+        for row in rows or ():
+            index.append({**row, "input_id": record.input_id, "file": file, "row_start": row_start + row["row_start"]})
+        out.written += 1
+        if record.relabelled:
+            out.relabelled[record.relabelled] += 1
+        out.trajectories += len(rows or ())
+        out.rows += record.num_rows
+        out.unknown_words += placement["unknown_words"]
+    out.index = pa.Table.from_pylist(index, schema=index_schema)
+    out.quarantine = pa.Table.from_pylist(quarantine, schema=QUARANTINE_SCHEMA)
+    out.digest_lines = "".join(lines).encode()
+    return out
+
+
 class VersionPublisher:
     """The driver's part: takes each group's ``GroupResult`` in input order, keeps the counts, the index and the
     quarantine table (streamed to a local temporary folder: memory stays bounded however many inputs), and
@@ -516,54 +770,48 @@ class VersionPublisher:
         self.relabelled: Counter = Counter()
 
     def add_group(self, result: GroupResult) -> None:
+        """One group, in input order: its columns as the worker made them (``GroupResult``), duplicates of earlier
+        groups dropped (a Python ``claim`` per written input, the one part that must be Python), the index and
+        quarantine rows and counts by Arrow kernels (``group_tables``)."""
+        records = result.record_columns()
         if self.keep_tasks:
             self._append_table("tasks", task_rows(result))
-        records, placements = list(result.records), list(result.placements)
-        drops: dict[str, list[tuple[int, int]]] = {}
-        for i, record in enumerate(records):
-            if record.status != "written" or record.dedupe_key is None:
-                continue
-            winner = self._seen.claim(record.dedupe_key, record.input_id)
+        keyed = pc.and_(pc.fill_null(pc.equal(records.column("status"), "written"), False),
+                        pc.is_valid(records.column("dedupe_key")))
+        at = np.flatnonzero(keyed.to_numpy(zero_copy_only=False))
+        duplicates: dict[int, str] = {}
+        for i, key, input_id in zip(at.tolist(), records.column("dedupe_key").take(at).to_pylist(),
+                                    records.column("input_id").take(at).to_pylist(), strict=True):
+            winner = self._seen.claim(key, input_id)
             if winner is not None:
-                drops.setdefault(placements[i].file, []).append((placements[i].row_start, record.num_rows))
-                records[i] = record.dropped("filtered", stage="filter", error_type="filter", reason="duplicate",
-                                            message=f"{record.dedupe_key} was already written by input {winner}")
-                placements[i] = None
+                duplicates[i] = f"{key} was already written by input {winner}"
+        drops: dict[str, list[tuple[int, int]]] = {}
+        for i in duplicates:
+            placement, num_rows = records.column("placement")[i].as_py(), records.column("num_rows")[i].as_py()
+            drops.setdefault(placement["file"], []).append((placement["row_start"], num_rows))
         renamed = {path: self._rewrite(self.spec.uri, entry, drops[path], self.schema, self.parquet_options)
                    for entry in result.files if (path := entry.path) in drops}
         self._files.extend(renamed.get(f.path, f) for f in result.files if renamed.get(f.path, f) is not None)
-        index, quarantine = [], []
-        for record, placement in zip(records, placements, strict=True):
-            if record.lost:
-                self.lost.append(record)
-                if len(self.lost) > self.max_unreadable:
-                    raise LostInputsError(
-                        f"{len(self.lost)} input(s) could not be read from the store (--max-unreadable "
-                        f"{self.max_unreadable}): " + "; ".join(r.message or r.input_id for r in self.lost[:5]))
-            self.inputs += 1
-            self._digest.update(f"{record.input_id}\t{record.input_sha256 or '-'}\n".encode())
-            if record.status != "written":
-                (self.filtered if record.status == "filtered" else self.quarantined)[record.reason] += 1
-                quarantine.append({
-                    "input_id": record.input_id, "source": record.source, "kind": record.status,
-                    "stage": record.stage, "error_type": record.error_type, "reason": record.reason,
-                    "message": record.message, "input_sha256": record.input_sha256})
-                continue
-            file, row_start = placement.file, placement.row_start
-            if file in drops:  # rows of dropped inputs before this one left the file
-                row_start -= sum(n for start, n in drops[file] if start < row_start)
-                file = renamed[file].path
-            for row in record.index_rows:
-                index.append({**row, "input_id": record.input_id, "file": file,
-                              "row_start": row_start + row["row_start"]})
-            self.written += 1
-            if record.relabelled:
-                self.relabelled[record.relabelled] += 1
-            self.trajectories += len(record.index_rows)
-            self.rows += record.num_rows
-            self.unknown_words += placement.unknown_words
-        self._append("index", index, self.index_schema)
-        self._append("quarantine", quarantine, QUARANTINE_SCHEMA)
+        lost = np.flatnonzero(_lost(records).to_numpy(zero_copy_only=False))
+        if len(lost):
+            self.lost.extend(records_of(records.take(lost)))
+            if len(self.lost) > self.max_unreadable:
+                del self.lost[self.max_unreadable + 1:]
+                raise LostInputsError(
+                    f"{len(self.lost)} input(s) could not be read from the store (--max-unreadable "
+                    f"{self.max_unreadable}): " + "; ".join(r.message or r.input_id for r in self.lost[:5]))
+        tables = group_tables(records, result.index_lists(), duplicates, Moved(drops, renamed), self.index_schema)
+        self.inputs += records.num_rows
+        self._digest.update(tables.digest_lines)
+        self.written += tables.written
+        self.rows += tables.rows
+        self.trajectories += tables.trajectories
+        self.unknown_words += tables.unknown_words
+        self.filtered.update(tables.filtered)
+        self.quarantined.update(tables.quarantined)
+        self.relabelled.update(tables.relabelled)
+        self._append_table("index", tables.index)
+        self._append_table("quarantine", tables.quarantine)
 
     def _append(self, name: str, rows: list[dict], schema: pa.Schema) -> None:
         self._append_table(name, pa.Table.from_pylist(rows, schema=schema))
@@ -800,7 +1048,10 @@ class EarlierVersion:
         current: list[GroupResult] = []
         row = 0
         with storage.open_input(self._tasks_uri) as fh:
-            for batch in pq.ParquetFile(fh).iter_batches(batch_size=256, columns=list(_GROUP_SCHEMA.names)):
+            tasks = pq.ParquetFile(fh)
+            # a tasks file of the format before ``index_rows`` has none: ``from_arrow`` reads its index_json
+            columns = [name for name in _GROUP_SCHEMA.names if name in tasks.schema_arrow.names]
+            for batch in tasks.iter_batches(batch_size=256, columns=columns):
                 table = pa.Table.from_batches([batch])
                 results = GroupResult.from_arrow(table)
                 for result in results:

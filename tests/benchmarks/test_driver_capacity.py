@@ -5,12 +5,13 @@ benchmark cannot drift from the driver it measures."""
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import shared_data
 
-from benchmarks.driver_capacity import make_inputs, record, renamed, replay
-from pipelines.writer import GroupResult
+from benchmarks.driver_capacity import job_config, loop_breakdown, make_inputs, record, renamed, replay
+from pipelines.writer import _PARQUET_OPTIONS, GroupResult, Moved, group_tables, group_tables_reference
 
 
 @pytest.fixture(scope="module", params=["melee", "pokemon"])
@@ -37,6 +38,34 @@ def test_a_renamed_group_is_new_inputs_in_new_files(recording):
     assert {f.path for f in new.files} == {f.path.replace(f"part-{old.group}-", "part-00042-000-") for f in old.files}
     assert {p.file for p in new.placements if p} <= {f.path for f in new.files}
     assert [p and p.row_start for p in new.placements] == [p and p.row_start for p in old.placements]
+
+
+def _parquet(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, table.schema, **_PARQUET_OPTIONS) as out:
+        out.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def test_real_groups_give_the_reference_tables(recording):
+    """On real groups of each schema (damaged inputs among them), the publisher's column-wise tables are the
+    record-by-record reference's, to the Parquet byte; with a duplicate of an earlier group too."""
+    index_schema = job_config(recording.schema, ".", [], 0.25, "unused").parser.index_schema
+    for row in recording.rows:
+        [group] = GroupResult.from_arrow(renamed(row, "00007-000", "~7"))
+        written = [i for i, r in enumerate(group.records) if r.status == "written"]
+        placement = group.placements[written[-1]]
+        dropped = Moved({placement.file: [(placement.row_start, group.records[written[-1]].num_rows)]},
+                        {placement.file: group.files[-1]})
+        for duplicates, moved in (({}, Moved({}, {})), ({written[-1]: "k was already written by input x"}, dropped)):
+            args = (group.record_columns(), group.index_lists(), duplicates, moved, index_schema)
+            fast, reference = group_tables(*args), group_tables_reference(*args)
+            for name in ("index", "quarantine"):
+                assert _parquet(getattr(fast, name)) == _parquet(getattr(reference, name)), name
+            assert fast.trajectories == fast.index.num_rows > (-1 if duplicates else 0)
+            assert ({k: v for k, v in vars(fast).items() if k not in ("index", "quarantine")}
+                    == {k: v for k, v in vars(reference).items() if k not in ("index", "quarantine")})
+    assert all(us > 0 for us in loop_breakdown(recording).values())
 
 
 def test_replayed_groups_publish_a_version_that_reconciles(recording, ray_local, tmp_path):
