@@ -48,6 +48,8 @@ Breakdown of (b), in core-seconds of the 2 × wall the job had (the ledger adds 
   rest of ``GroupWriter.add_batch`` / ``close``: slicing, casts, index rows, unknown words), ``inputs and records``
   (the rest of ``parse_batch``: payloads to Python, sha256 of each input, its record), ``other`` (the rest of a call:
   the group's decode, ``GroupWriter`` set-up, the result row);
+- parse actors' other threads during their calls (the reads of deferred work items, ``Source.read_by_parser``: loose
+  ``.slp`` files; Ray's threads meanwhile);
 - parse actors' processes outside their calls (Ray's worker threads: receiving blocks, scheduling, start-up);
 - read tasks (their processes; the share inside ``read_groups`` is printed beside it);
 - driver (the ``run()`` process: Ray Data's streaming executor, the result loop, the publisher);
@@ -153,11 +155,11 @@ class TimedParseInputs(ParseInputs):
     """The job's parse actor, its phases timed into ``$JOB_OVERHEAD_LOG_DIR/actor-<pid>.jsonl`` (one line a call).
     With ``$JOB_OVERHEAD_WHOLE_GROUPS`` set: the ``whole-groups`` variant (one parse batch per group)."""
 
-    def __init__(self, source: stages.Source, version_uri: str = "", shard_size_mb: float = 128.0):
+    def __init__(self, source: stages.Source, version_uri: str = "", shard_size_mb: float = 128.0, **kwargs):
         born = time.time()
-        super().__init__(source, version_uri, shard_size_mb)
+        super().__init__(source, version_uri, shard_size_mb, **kwargs)
         _instrument_writer()
-        self.parse_batch = _CLOCK.wrap("inputs and records", self.parse_batch)
+        self.parse_rows = _CLOCK.wrap("inputs and records", self.parse_rows)
         self.parser.parse = _CLOCK.wrap("parse", self.parser.parse)
         self._to_table = _CLOCK.wrap("table", self._to_table)
         if os.environ.get(WHOLE_GROUPS_VAR):  # this actor's process only
@@ -611,8 +613,10 @@ def report(schema: str, runs: list[dict], arms: list[str]) -> None:
         cats = j["categories"]
         actor_calls_cpu = sum(j["phases"].values())
         ledger = [(f"parse actors, in calls: {k}", v) for k, v in sorted(j["phases"].items(), key=lambda kv: -kv[1])]
+        in_calls = j["actor_process_cpu_in_calls_s"]
+        ledger.append(("parse actors, in calls: other threads (deferred reads)", in_calls - actor_calls_cpu))
         ledger.append(("parse actors, outside calls (Ray's threads, start-up)",
-                       cats.get("parse actors", 0.0) - actor_calls_cpu))
+                       cats.get("parse actors", 0.0) - in_calls))
         ledger.append((f"read tasks ({j['read_tasks']}; in read_groups {j['read_cpu_in_s']:.1f} CPU s)",
                        cats.get("read tasks", 0.0)))
         ledger.append(("driver", cats.get("driver", 0.0)))

@@ -28,6 +28,8 @@ import threading
 import time
 import traceback
 import warnings
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -171,20 +173,33 @@ class ParseConfig:
 INPUTS_PER_PARSE_BATCH = 16
 """Inputs a parse actor parses and tables at once within a group. Part of the shard layout (``SHARD_LAYOUT``): the
 writer cuts shards by each batch's bytes, so another value can move a shard boundary by an input."""
+READ_FIELDS = ("input_id", "payload", "read_error", "filter_reason", "facts_json", "lost")
+"""What ``ParseInputs.parse_rows`` takes of each ``read_row``, in this order."""
+READ_THREADS = 4
+"""Threads in which a parse actor reads its deferred work items (``Source.read_by_parser``): reads wait on the
+store and release the GIL, so they run beside the parse."""
+READ_AHEAD = 2 * INPUTS_PER_PARSE_BATCH
+"""Deferred work items a parse actor has read or in flight ahead of the input it parses: one batch being parsed
+and the next one being read. Memory: about this many inputs' bytes (~100 MB of ranked Melee games)."""
 _NO_GROUPS = GroupResult("", [], [], []).to_arrow().slice(0, 0)
 """What a batch of heartbeats alone returns (``read_groups``): a block with no group."""
 
 
 class ParseInputs:
     """Runs the source's parser on raw inputs (``read_row`` rows); the parser's expensive set-up (dex, vocabulary)
-    happens once per actor. As a Ray Data actor it takes groups (``read_groups`` rows), writes each group's shards
-    into the version folder and returns its ``GroupResult``."""
+    happens once per actor. As a Ray Data actor it takes groups (``read_groups`` rows), reads the group's deferred
+    work items itself (``Source.read_by_parser``), writes the group's shards into the version folder and returns
+    its ``GroupResult``."""
 
-    def __init__(self, source: stages.Source, version_uri: str = "", shard_size_mb: float = 128.0):
+    def __init__(self, source: stages.Source, version_uri: str = "", shard_size_mb: float = 128.0, *,
+                 max_unreadable: int = 0, progress=None):
         self.source = source.name
+        self.reader = source
         self.parser = source.make_parser()
         self.version_uri = version_uri
         self.shard_size_bytes = int(shard_size_mb * BYTES_PER_MIB)
+        self.max_unreadable, self.progress = max_unreadable, progress
+        self.reads = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="parse-read")
 
     def __call__(self, groups: pa.Table) -> pa.Table:
         results = [_NO_GROUPS]
@@ -198,21 +213,56 @@ class ParseInputs:
             # A group is about a shard of inputs (~9,000 battles at 128 MiB): parsed in one batch, all its rows are
             # Python dicts at once and its Arrow table is built in one call, which took 1.7x the CPU of the same rows
             # 16 inputs at a time (cache misses; benchmarks/job_overhead.py) and held GBs per actor
-            for at in range(0, inputs.num_rows, INPUTS_PER_PARSE_BATCH):
-                writer.add_batch(self.parse_batch(inputs.slice(at, INPUTS_PER_PARSE_BATCH)))
+            for batch in self.read_rows(inputs):
+                writer.add_batch(self.parse_rows(batch))
             results.append(writer.close().to_arrow())
         return pa.concat_tables(results)
 
+    def read_rows(self, inputs: pa.Table) -> Iterator[list[tuple]]:
+        """A group's read rows (``READ_FIELDS`` tuples) in order, ``INPUTS_PER_PARSE_BATCH`` at a time, its
+        deferred work items read here (``read_item``: retried, a loss accepted or raised as in a read task), up to
+        ``READ_AHEAD`` items ahead in ``READ_THREADS`` threads, so the store's latency overlaps the parse. Each
+        deferred item read is told to ``progress`` (``ReadProgress``), as a read task tells its items."""
+        columns = [inputs[name].to_pylist() if name != "payload" else None for name in READ_FIELDS]
+        deferred = inputs["item_json"].to_pylist() if "item_json" in inputs.column_names else [None] * len(inputs)
+        items = {i: json.loads(item) for i, item in enumerate(deferred) if item is not None}
+        order = iter(items.items())
+        ahead: dict[int, Future] = {}
+        rows: list[tuple] = []
+        try:
+            for i in range(len(inputs)):
+                while len(ahead) < READ_AHEAD and (nxt := next(order, None)) is not None:
+                    ahead[nxt[0]] = self.reads.submit(read_item, self.reader, nxt[1],
+                                                      max_unreadable=self.max_unreadable)
+                if i in items:
+                    read = ahead.pop(i).result()
+                    rows.extend(tuple(row[name] for name in READ_FIELDS) for row in read)
+                    if self.progress is not None:
+                        self.progress.add.remote(items[i]["id"], float(items[i]["bytes"]), len(read))
+                else:  # payloads one input at a time: the group's bytes are never all Python objects at once
+                    payload = inputs["payload"][i].as_py()
+                    rows.append(tuple(payload if c is None else c[i] for c in columns))
+                if len(rows) >= INPUTS_PER_PARSE_BATCH:
+                    yield rows[:INPUTS_PER_PARSE_BATCH]
+                    rows = rows[INPUTS_PER_PARSE_BATCH:]
+            if rows:
+                yield rows
+        finally:
+            for future in ahead.values():
+                future.cancel()
+
     def parse_batch(self, batch: pa.Table) -> ParsedBatch:
+        """The parse of a table of read rows (``read_row`` dicts as Arrow)."""
+        return self.parse_rows(list(zip(*(batch[name].to_pylist() for name in READ_FIELDS), strict=True)))
+
+    def parse_rows(self, batch: list[tuple]) -> ParsedBatch:
+        """The parse of read rows given as ``READ_FIELDS`` tuples."""
         records, parsed = [], []
         # The parsers allocate many small objects and free them by reference counting; the cyclic collector
         # would run hundreds of times per batch for nothing (measured: a third of parse time).
         gc.disable()
         try:
-            for input_id, payload, read_error, source_filter, facts_json, lost in zip(
-                    batch["input_id"].to_pylist(), batch["payload"].to_pylist(), batch["read_error"].to_pylist(),
-                    batch["filter_reason"].to_pylist(), batch["facts_json"].to_pylist(), batch["lost"].to_pylist(),
-                    strict=True):
+            for input_id, payload, read_error, source_filter, facts_json, lost in batch:
                 sha = hashlib.sha256(payload).hexdigest() if payload is not None else None
                 record = InputRecord(input_id=input_id, source=self.source, input_sha256=sha)
                 try:
@@ -279,7 +329,8 @@ MAX_GROUP_INPUT_BYTES = 512 << 20
 node's actors fit in memory. Melee inputs shrink ~16x (``SlpSource.shard_bytes_per_input_byte``): their shards come
 out at ~32 MiB at most, whatever --shard-size-mb above that."""
 _READ_ROW = pa.struct([("input_id", pa.string()), ("payload", pa.large_binary()), ("read_error", pa.string()),
-                       ("filter_reason", pa.string()), ("facts_json", pa.string()), ("lost", pa.string())])
+                       ("filter_reason", pa.string()), ("facts_json", pa.string()), ("lost", pa.string()),
+                       ("item_json", pa.string())])
 ITEM_RETRY = RetryPolicy(attempts=3, base_s=1.0, cap_s=10.0)
 """Re-reads of a whole work item after a ``StorageError`` (each store operation inside is already retried): a
 stream cut mid-body, which no decoder can resume, is read again from its start."""
@@ -310,7 +361,9 @@ def read_groups(tasks: pa.Table, *, source: stages.Source, group_bytes: float, p
     """A read task: reads its work items in order and yields their inputs in groups of consecutive inputs of about
     ``group_bytes`` input bytes (an input is never split; a group never spans tasks), one row per group named
     ``<task>-<group>`` (the task's ``stages.task_key``). Cut by the bytes read, the groups are the same on every run
-    and in every plan that holds the task: shard boundaries and names follow.
+    and in every plan that holds the task: shard boundaries and names follow. A work item the parse actor reads
+    itself (``Source.read_by_parser``) is not read here: it is passed on as one deferred row and counts its listed
+    bytes, which are the bytes it holds.
 
     Each item read is told to ``progress`` (a ``ReadProgress`` actor), for the driver's progress line: reads go on
     while a group fills, so the line moves before the first group is parsed. A work item the store will not deliver
@@ -324,15 +377,20 @@ def read_groups(tasks: pa.Table, *, source: stages.Source, group_bytes: float, p
     for task, items_json in zip(tasks.column("task").to_pylist(), tasks.column("items").to_pylist(), strict=True):
         rows, size, number = [], 0, 0
         for item in json.loads(items_json):
+            if source.read_by_parser(item):  # its bytes are its listed size, read by the parse actor
+                read = [(stages.read_row(item["id"], deferred=item), item["bytes"])]  # progress: the actor's
+            else:
+                read = ((row, len(row["payload"] or b"")) for row in read_item(source, item,
+                                                                                 max_unreadable=max_unreadable))
             count = 0
-            for row in read_item(source, item, max_unreadable=max_unreadable):
+            for row, num_bytes in read:
                 rows.append(row)
                 count += 1
-                size += len(row["payload"] or b"")
+                size += num_bytes
                 if size >= group_bytes:
                     yield _group_row(f"{task}-{number:03d}", rows)
                     rows, size, number, last = [], 0, number + 1, time.monotonic()
-            if progress is not None:
+            if progress is not None and not source.read_by_parser(item):
                 progress.add.remote(item["id"], stages.planned_bytes(item, group_bytes), count)
             if heartbeat_s is not None and time.monotonic() - last >= heartbeat_s:
                 yield _group_row(HEARTBEAT, [])
@@ -378,7 +436,7 @@ def _group_row(group: str, rows: list[dict]) -> pa.Table:
     payload = pa.Array.from_buffers(pa.large_binary(), len(rows), [validity, pa.py_buffer(offsets),
                                     pa.py_buffer(b"".join(p for p in payloads if p is not None))],
                                     null_count=present.count(False))
-    columns = [payload if f.name == "payload" else pa.array([row[f.name] for row in rows], f.type)
+    columns = [payload if f.name == "payload" else pa.array([row.get(f.name) for row in rows], f.type)
                for f in _READ_ROW]
     inputs = pa.ListArray.from_arrays(pa.array([0, len(rows)], pa.int32()),
                                       pa.StructArray.from_arrays(columns, fields=list(_READ_ROW)))
@@ -493,6 +551,10 @@ def configure_data_context(ctx) -> float | None:
     # byte every group, and every heartbeat of a read task (read_groups), leaves the task as its own block when
     # yielded; a block of one row is never sliced.
     ctx.target_max_block_size = 1
+    # A store failure raised in a parse actor (a deferred work item it reads, Source.read_by_parser) reaches the
+    # driver as itself inside Ray's RayTaskError, as a read task's does; wrapped in Ray Data's UserCodeException it
+    # lost its cause on the way (exceptions pickle without __cause__), and store_failure could not name it
+    ctx.raise_original_map_exception = True
     # a read task that fills a group slowly announces itself at a quarter of the guard's timeout (read_groups)
     return ctx.execution_no_progress_timeout_s / 4 if ctx.execution_no_progress_timeout_s > 0 else None
 
@@ -551,7 +613,9 @@ def run(cfg: ParseConfig, *, log=print):
                             compute=ray.data.ActorPoolStrategy(size=cfg.num_parse_actors),
                             num_cpus=cfg.cpus_per_actor,
                             fn_constructor_kwargs={"source": source, "version_uri": spec.uri,
-                                                   "shard_size_mb": cfg.shard_size_mb}, **runtime_env)
+                                                   "shard_size_mb": cfg.shard_size_mb,
+                                                   "max_unreadable": cfg.max_unreadable, "progress": reader},
+                            **runtime_env)
         parsed = (result for block in ds.iter_batches(batch_format="pyarrow", batch_size=None)
                   for result in GroupResult.from_arrow(block))
     copies = ReusedCopies(ray.remote(num_cpus=0, **runtime_env)(copy_reused), earlier.uri, spec.uri, keys,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipelines.archives import iter_path
-from pipelines.inputs import file_items, list_sized, resolve_input
+from pipelines.archives import is_archive, iter_path
+from pipelines.inputs import file_items, has_suffix, list_sized, resolve_input
 from pipelines.melee import archives
 from pipelines.melee.slp import FRAME_PARQUET_OPTIONS, SlpFilters, parse_slp
 from pipelines.stages import Parsed, Parser, Plan, Source, read_row, work_item
@@ -112,6 +112,13 @@ class SlpSource(Source):
             return [read_row(f"synthetic-{item['synthetic']:06d}.slp", game)]
         return [read_row(m.input_id, m.data, read_error=m.read_error, filter_reason=m.filter_reason)
                 for m in iter_path(item["uri"], item["root"], archives.REPLAY)]
+
+    def read_by_parser(self, item: dict) -> bool:
+        """A loose replay file: one input, its listed bytes (archives hold unknown members; synthetic games are
+        made, not read)."""
+        uri = item.get("uri")
+        return (uri is not None and item.get("bytes") is not None and not is_archive(uri)
+                and has_suffix(uri, archives.REPLAY))
 
     def output_config(self) -> dict:
         out = {"min_frames": self.options.min_frames, "allow_cpu": self.options.allow_cpu}

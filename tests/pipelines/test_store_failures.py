@@ -14,6 +14,7 @@ import pytest
 from conftest import CutFile, shared_data
 
 from pipelines import parse_replays, stages
+from pipelines.melee.source import SlpSource
 from pipelines.parse_replays import ParseConfig, read_item, run, store_failure, version_spec
 from pipelines.pokemon.metamon import MetamonSource
 from pipelines.writer import GroupResult, LostInputsError, VersionPublisher, VersionSpec
@@ -168,6 +169,30 @@ def test_a_listed_input_the_workers_cannot_read(ray_local, tmp_path, monkeypatch
     assert complete.path.name == complete_name and not complete.reused
     assert complete.manifest.counts.written == 4 and complete.manifest.counts.quarantined == {}
     assert open_version(complete.path).manifest.inputs_sha256 != m.inputs_sha256
+
+
+def test_a_replay_the_parse_actor_cannot_read_stops_the_job_and_is_named(ray_local, tmp_path, monkeypatch):
+    """A loose replay is read by its parse actor (``Source.read_by_parser``), not a read task; listed, then gone: the
+    failure reaches the driver as the ``StorageError`` itself (``store_failure``), and nothing is published."""
+    root = tmp_path / "in"
+    root.mkdir()
+    for name in ("peppi__netplay.slp", "peppi__short_game_tbh10.slp"):
+        (root / name).write_bytes(shared_data("melee", "slp", name).read_bytes())
+    plan = SlpSource.plan
+
+    def plan_then_remove(self):
+        planned = plan(self)
+        (root / "peppi__netplay.slp").unlink()
+        return planned
+
+    monkeypatch.setattr(SlpSource, "plan", plan_then_remove)
+    out = tmp_path / "out"
+    with pytest.raises(Exception) as caught:
+        run(ParseConfig.tiny(source="slp", input=str(root), out=str(out)), log=lambda *_: None)
+    failure = store_failure(caught.value)
+    assert type(failure) is storage.StorageError
+    assert str(failure).startswith("read of input peppi__netplay.slp from ") and "FileNotFoundError" in str(failure)
+    assert not list(out.rglob(MANIFEST_NAME))
 
 
 def test_losses_past_the_limit_stop_the_publisher():
