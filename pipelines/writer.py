@@ -283,12 +283,13 @@ class GroupResult:
         self._records: list[InputRecord] | None = list(records)
         self._placements: list[Placement | None] | None = list(placements)
         self._row: pa.Table | None = None
+        self._columns: pa.Table | None = None
 
     @classmethod
     def _of_row(cls, row: pa.Table, group: str, files: list[FileEntry]) -> GroupResult:
         result = cls.__new__(cls)
         result.group, result.files = group, files
-        result._records = result._placements = None
+        result._records = result._placements = result._columns = None
         result._row = row
         return result
 
@@ -318,7 +319,9 @@ class GroupResult:
 
     def record_columns(self) -> pa.Table:
         """The records as columns (``record_table``'s and ``placement``), one row per input."""
-        return struct_table(self.to_arrow().column("records").combine_chunks()[0].values)
+        if self._columns is None:
+            self._columns = struct_table(self.to_arrow().column("records").combine_chunks()[0].values)
+        return self._columns
 
     def index_lists(self) -> pa.Array:
         """The records' index rows: a list of structs per record (null where it has none; a ``NullArray`` when no
@@ -637,6 +640,10 @@ def _counter(values: pa.Array) -> Counter:
     return Counter(dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True)))
 
 
+def _cast(values: pa.Array, to: pa.DataType) -> pa.Array:
+    return values if values.type == to else values.cast(to)
+
+
 def _string_bytes(strings: pa.Array) -> bytes:
     """The UTF-8 bytes of a string array's values, one after another."""
     offsets = np.frombuffer(strings.buffers()[1], np.int32)[strings.offset:strings.offset + len(strings) + 1]
@@ -682,8 +689,9 @@ def group_tables(records: pa.Table, index_lists: pa.Array, duplicates: dict[int,
     if len(parents):
         index_columns = dict(zip([f.name for f in values.type], values.flatten(), strict=True))
         if moved.drops:  # rare: the kept inputs' places in the rewritten files, in Python
-            places = [moved.place(f, s) if f is not None else (None, None) for f, s in zip(
-                placement.field("file").to_pylist(), placement.field("row_start").to_pylist(), strict=True)]
+            places = [moved.place(f, s) if kept else (None, None) for f, s, kept in zip(
+                placement.field("file").to_pylist(), placement.field("row_start").to_pylist(), written.to_pylist(),
+                strict=True)]
             files = pa.array([f for f, _ in places], pa.string())
             starts = pa.array([s for _, s in places], pa.int64())
         else:
@@ -692,7 +700,7 @@ def group_tables(records: pa.Table, index_lists: pa.Array, duplicates: dict[int,
         index_columns["file"] = files.take(parents)
         index_columns["row_start"] = pc.add(starts.take(parents), index_columns["row_start"].cast(pa.int64()))
     index = pa.Table.from_arrays(
-        [index_columns[f.name].cast(f.type) if f.name in index_columns else pa.nulls(len(parents), f.type)
+        [_cast(index_columns[f.name], f.type) if f.name in index_columns else pa.nulls(len(parents), f.type)
          for f in index_schema], schema=index_schema)
     return GroupTables(
         index=index, quarantine=quarantine, digest_lines=_string_bytes(lines), written=pc.sum(written).as_py() or 0,

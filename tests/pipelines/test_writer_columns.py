@@ -6,6 +6,8 @@ Arrow row (``GroupResult.to_arrow``) and its Python form agree; tasks-file rows 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -77,7 +79,7 @@ def _assert_same(fast: writer.GroupTables, reference: writer.GroupTables) -> Non
         assert getattr(fast, name) == getattr(reference, name), name
 
 
-@pytest.mark.parametrize("with_duplicates", [False, True])
+@pytest.mark.parametrize("with_duplicates", [False, True, "whole file"])
 def test_group_tables_equal_the_reference(with_duplicates):
     result = _mixed_group()
     duplicates, moved = {}, Moved({}, {})
@@ -85,9 +87,19 @@ def test_group_tables_equal_the_reference(with_duplicates):
         duplicates = {2: "g2 was already written by input z.slp", 6: "g4 was already written by input y.slp"}
         moved = Moved({FILE.path: [(2, 3), (6, 3)]},
                       {FILE.path: FileEntry(path="part-00000-000-00-def.parquet", rows=3, bytes=50, sha256="def")})
+    if with_duplicates == "whole file":  # d, alone in a second file, a duplicate: that file is gone
+        other = "part-00000-000-01-abc.parquet"
+        placements = list(result.placements)
+        placements[6] = Placement(file=other, row_start=0)
+        result = GroupResult(result.group, result.records, placements, [FILE, replace(FILE, path=other)])
+        duplicates = {6: "g4 was already written by input y.slp"}
+        moved = Moved({other: [(0, 3)]}, {other: None})
     args = (result.record_columns(), result.index_lists(), duplicates, moved, INDEX_SCHEMA)
     fast, reference = group_tables(*args), group_tables_reference(*args)
     _assert_same(fast, reference)
+    if with_duplicates == "whole file":
+        assert fast.index.column("input_id").to_pylist() == ["a.slp", "b.slp", "b.slp", "c.slp"]
+        return
     assert fast.index.column("input_id").to_pylist() == (
         ["a.slp", "c.slp"] if with_duplicates else ["a.slp", "b.slp", "b.slp", "c.slp", "d.slp"])
     assert fast.index.column("row_start").to_pylist() == ([0, 2] if with_duplicates else [0, 2, 3, 5, 6])
