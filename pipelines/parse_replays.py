@@ -634,8 +634,8 @@ def run(cfg: ParseConfig, *, log=print):
                                                     copies.ready if copies is not None else None):
                 publisher.add_group(result)
                 if was_reused:
-                    progress.reused_inputs += len(result.records)
-                    progress.reused_rows += sum(r.num_rows for r in result.records if r.status == "written")
+                    progress.reused_inputs += result.num_inputs  # from its columns: no record in Python
+                    progress.reused_rows += result.written_rows
         published = publisher.publish()
     except BaseException:
         publisher.abort()
