@@ -18,6 +18,7 @@ from pipelines.stages import LOST_ERROR_TYPE, UNREADABLE, InputRecord, record_ta
 from pipelines.writer import (
     _PARQUET_OPTIONS,
     _PLACEMENT,
+    EarlierVersion,
     GroupResult,
     GroupWriter,
     Moved,
@@ -170,16 +171,34 @@ def test_a_group_row_and_its_records_agree():
     assert tasks.column("task").to_pylist() == ["00000"] and tasks.column("lost").to_pylist() == [1]
 
 
-def test_a_tasks_file_row_of_the_json_format_is_still_read():
-    """A tasks file of a version published before ``index_rows``: index rows as JSON text in the records."""
-    result = _mixed_group(uniform=True)
+def _json_format_row(result: GroupResult) -> pa.Table:
+    """A group's row as workers made it before ``index_rows``: index rows as JSON text in the records."""
     records = record_table(result.records)  # index_json filled in
     records = records.append_column("placement", pa.array([p.__dict__ if p else None for p in result.placements],
                                                           _PLACEMENT))
     nested = pa.ListArray.from_arrays(pa.array([0, records.num_rows], pa.int32()),
                                       records.to_struct_array().combine_chunks())
-    old = pa.table({"group": [result.group], "records": nested,
-                    "files": pa.array([[f.__dict__ for f in result.files]], pa.list_(writer._FILE))})
-    [back] = GroupResult.from_arrow(old)
+    return pa.table({"group": [result.group], "records": nested,
+                     "files": pa.array([[f.__dict__ for f in result.files]], pa.list_(writer._FILE))})
+
+
+def test_a_tasks_file_row_of_the_json_format_is_still_read():
+    result = _mixed_group(uniform=True)
+    [back] = GroupResult.from_arrow(_json_format_row(result))
     assert back == result
     assert task_rows(back).equals(task_rows(result))
+
+
+def test_an_earlier_versions_tasks_file_of_the_json_format_is_still_read(tmp_path):
+    """``EarlierVersion.groups`` on a tasks file without ``index_rows``: its groups as they were handed over."""
+    results = [_mixed_group(uniform=True), GroupResult("00001-000", [], [], [])]
+    rows = [_json_format_row(r) for r in results]
+    tasks = pa.concat_tables([pa.table({"task": [r.group.rsplit("-", 1)[0]], "lost": [1 if i == 0 else 0]})
+                              for i, r in enumerate(results)])
+    table = pa.concat_tables(rows)
+    for name in table.column_names:
+        tasks = tasks.append_column(name, table.column(name))
+    pq.write_table(tasks, tmp_path / "tasks-old.parquet")
+    earlier = EarlierVersion.__new__(EarlierVersion)  # its manifest checks are tested in test_incremental.py
+    earlier._tasks_uri, earlier._rows = str(tmp_path / "tasks-old.parquet"), {"00000": (0, 0), "00001": (1, 1)}
+    assert list(earlier.groups(["00000", "00001"])) == [("00000", [results[0]]), ("00001", [results[1]])]
