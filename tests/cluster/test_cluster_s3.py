@@ -13,6 +13,7 @@ import http.client
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -242,18 +243,31 @@ def _csv_logged(run_folder: Path, column: str) -> dict[int, str]:
         return {int(r["step"]): f"{float(r[column]):.4g}" for r in csv.DictReader(fh)}
 
 
-def _train_and_resume(cluster: Cluster, script: str, shards: str, here: str, runs: str, straight: Path,
-                      column: str, *flags: str) -> None:
+RESUMING = "[test] the first run ended; resuming"
+"""The line between a chain's two training runs in their one job's output."""
+
+
+def _train_and_resume(cluster: Cluster, script: str, shards: str, here, runs: str, straight: Path, column: str,
+                      *flags: str) -> None:
     """4 steps on the cluster, then --resume to 8 there, against 8 uninterrupted steps run beside them in this
-    process on ``here``, the single-node version of the same bytes: the same logged losses and the same weights."""
+    process on ``here()`` (the URI of the single-node version of the same bytes, waited for in that thread): the same
+    logged losses and the same weights.
+
+    The two cluster runs are one job (``sh -c "FIRST && echo RESUMING && RESUMED"``): two processes, each the
+    trainer's script as a user runs it, the second reading only what the first left on the store; one submission
+    (the `ray job submit` client, the job's supervisor actor and its working dir) instead of two."""
     # a quarter CPU per worker: two training jobs share the two 1-CPU nodes and leave a CPU to Ray Data
     train = ["--tiny", "--log-every", "1", "--checkpoint-every", "4", "--cpus-per-worker", "0.25", *flags]
-    cluster_train = ["python", f"training/{script}", *train, "--shards", shards]
+    cluster_train = ["python", f"training/{script}", *train, "--shards", shards, "--out", f"{runs}/resumed"]
+    both = (f"{shlex.join([*cluster_train, '--steps', '4'])} && echo {shlex.quote(RESUMING)} && "
+            f"{shlex.join([*cluster_train, '--steps', '8', '--resume'])}")
     with ThreadPoolExecutor(1) as pool:
-        later = pool.submit(_train_here, script, [*train, "--shards", here, "--out", str(straight), "--steps", "8"])
-        first = _submit(cluster, *cluster_train, "--out", f"{runs}/resumed", "--steps", "4")
-        resumed = _submit(cluster, *cluster_train, "--out", f"{runs}/resumed", "--steps", "8", "--resume")
+        later = pool.submit(lambda: _train_here(script, [*train, "--shards", here(), "--out", str(straight),
+                                                         "--steps", "8"]))
+        out = _submit(cluster, "sh", "-c", both)
         later.result()
+    assert out.count(f"{RESUMING}\n") == 1, out[-3000:]
+    first, resumed = out.split(f"{RESUMING}\n")
     a, b, c = _csv_logged(straight, column), _logged(first, column), _logged(resumed, column)
     assert sorted(a) == list(range(1, 9)) and sorted(b) == [1, 2, 3, 4] and sorted(c) == [5, 6, 7, 8], resumed[-3000:]
     assert a == {**b, **c}
@@ -301,18 +315,20 @@ def _parse_and_train(cluster: Cluster, game: str, parse: list[str], inputs: int,
         with here_lock:
             return _parse_here([*parse, "--out", str(tmp_path / game)])
 
+    # The cluster's chain goes on once its version is published: the single-node parse (which may wait for the
+    # other game's, ``here_lock``) holds up only the single-node training run, which trains on its version
     with ThreadPoolExecutor(1) as pool:
         here = pool.submit(parse_here)
         version = _published(_submit(cluster, *PARSE, *parse, "--out", shards), shards)
+        counts = version.manifest.counts
+        assert counts.reconciles() and counts.written == inputs, counts
+        assert version.path.startswith(shards + "/")
+        stored = {storage.relative(u, version.path) for u in storage.list_files(version.path)}
+        assert {e.path for e in version.manifest.files} <= stored and "manifest.json" in stored
+        _train_and_resume(cluster, trainer, version.path, lambda: here.result().uri, f"{runs}/{game}",
+                          tmp_path / f"{game}-run", column, *flags)
         single_node = here.result()
-    counts = version.manifest.counts
-    assert counts.reconciles() and counts.written == inputs, counts
-    assert version.path.startswith(shards + "/")
-    stored = {storage.relative(u, version.path) for u in storage.list_files(version.path)}
-    assert {e.path for e in version.manifest.files} <= stored and "manifest.json" in stored
     _assert_same_version(version.path, single_node.uri)
-    _train_and_resume(cluster, trainer, version.path, single_node.uri, f"{runs}/{game}", tmp_path / f"{game}-run",
-                      column, *flags)
     return version.path
 
 
