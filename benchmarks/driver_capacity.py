@@ -207,6 +207,14 @@ def group_counts(row: pa.Table) -> dict:
             "trajectories": sum(len(r.index_rows or ()) for r in result.records if r.status == "written")}
 
 
+def input_bytes(read_row: dict) -> int:
+    """An input's bytes in a read task's group: its payload's, or, for a work item the parse actor reads itself
+    (``Source.read_by_parser``: a loose ``.slp`` file), its listed size."""
+    if read_row.get("item_json"):
+        return json.loads(read_row["item_json"])["bytes"]
+    return len(read_row["payload"] or b"")
+
+
 def record(schema: str, input_dir: Path, formats: list[str], shard_size_mb: float, groups: int, out: Path, *,
            full_only: bool = True) -> Recording:
     """``groups`` groups of the job on ``input_dir`` at ``shard_size_mb``, read and parsed in this process by the
@@ -227,9 +235,9 @@ def record(schema: str, input_dir: Path, formats: list[str], shard_size_mb: floa
             read_s = time.process_time() - start
             if row is None:
                 break
-            if full_only and sum(len(r["payload"] or b"") for r in row.column("inputs")[0].as_py()) < budget:
+            payload = sum(map(input_bytes, row.column("inputs")[0].as_py()))
+            if full_only and payload < budget:
                 continue  # not parsed
-            payload = sum(len(r["payload"] or b"") for r in row.column("inputs")[0].as_py())
             start = time.process_time()
             result = parse(row)
             rec.parse_cpu_s.append(time.process_time() - start)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
@@ -14,7 +15,7 @@ from conftest import shared_data
 
 from pipelines import parse_replays, stages
 from pipelines.melee.source import SlpSource
-from pipelines.parse_replays import ParseConfig, ParseInputs, read_groups
+from pipelines.parse_replays import ParseConfig, ParseInputs, ReadProgress, read_groups
 from shards_schema import storage
 
 NO_WAIT = storage.RetryPolicy(attempts=2, base_s=0.0, cap_s=0.0)
@@ -38,15 +39,26 @@ def _parse(groups: list[pa.Table], source: stages.Source, version_uri: str, **kw
     return pa.concat_tables([actor(group) for group in groups])
 
 
+def _counter() -> tuple[ReadProgress, SimpleNamespace]:
+    """A progress counter and a stand-in for its actor handle (``.add.remote``, ``.add_items.remote``)."""
+    counter = ReadProgress()
+    return counter, SimpleNamespace(add=SimpleNamespace(remote=counter.add),
+                                    add_items=SimpleNamespace(remote=counter.add_items))
+
+
 def test_deferred_items_give_the_groups_and_shards_of_items_the_read_task_read(tmp_path):
     """Loose replays and two files that are not replays, in groups of ~1.2 MB: the same groups of the same inputs,
-    and the same records, placements and shard bytes, whoever reads the replays."""
+    and the same records, placements and shard bytes, whoever reads the replays; the progress counter ends with
+    every item and input told once either way."""
     cfg = ParseConfig.tiny(source="slp", input=str(shared_data("melee", "slp")), out=str(tmp_path), min_frames=0)
     by_parser, by_task = cfg.make_source(), ReadByTask(cfg.inputs, cfg.make_source().options)
     group_bytes = 1.2 * 2 ** 20
     tasks = _tasks(by_parser, group_bytes)
-    deferred = list(read_groups(tasks, source=by_parser, group_bytes=group_bytes))
-    read = list(read_groups(tasks, source=by_task, group_bytes=group_bytes))
+    told, told_handle = _counter()
+    read_told, read_handle = _counter()
+    deferred = list(read_groups(tasks, source=by_parser, group_bytes=group_bytes, progress=told_handle))
+    read = list(read_groups(tasks, source=by_task, group_bytes=group_bytes, progress=read_handle))
+    assert told.snapshot()[1] == 2  # the two files that are not replays; the replays are the actor's to tell
 
     def ids(groups):
         return [(g["group"][0].as_py(), [r["input_id"] for r in g["inputs"][0].as_py()]) for g in groups]
@@ -56,9 +68,10 @@ def test_deferred_items_give_the_groups_and_shards_of_items_the_read_task_read(t
     assert {r["input_id"].endswith(".slp") for r in rows if r["item_json"]} == {True}
     assert all(r["payload"] is None for r in rows) and sum(r["item_json"] is not None for r in rows) >= 5
 
-    got = _parse(deferred, by_parser, str(tmp_path / "deferred"))
+    got = _parse(deferred, by_parser, str(tmp_path / "deferred"), progress=told_handle)
     want = _parse(read, by_task, str(tmp_path / "read"))
     assert got.equals(want)
+    assert told.snapshot() == read_told.snapshot() and told.items == read_told.items
     assert sum(len(f) for f in got["files"].to_pylist()) >= 3
     for entry in (f for files in got["files"].to_pylist() for f in files):
         assert (tmp_path / "deferred" / entry["path"]).read_bytes() == (tmp_path / "read" / entry["path"]).read_bytes()
