@@ -271,10 +271,10 @@ class GroupResult:
     ``placement``); ``files``, a list of ``FileEntry`` structs; and ``index_rows``: the records' index rows as one
     Arrow IPC stream of a one-column table, a list of index-row structs per record (null where it has none), their
     types inferred from the worker's values, since the row's own schema is the same for every parser (Ray Data
-    blocks and the tasks file hold groups of any schema); the driver casts them to the index schema. Before, the
-    index rows travelled as JSON text in ``index_json`` and the driver made every record a Python object
-    (``to_pylist``, ``json.loads``, a dict per index row, ``from_pylist``): ~46 µs per Melee input at 128 MiB shards
-    (docs/results.md). Tasks files of that format are still read (``from_arrow``).
+    blocks and the tasks file hold groups of any schema); the driver casts them to the index schema. Index rows as
+    JSON text in ``index_json``, with every record made a Python object on the driver (``to_pylist``,
+    ``json.loads``, a dict per index row, ``from_pylist``), cost ~46 µs per Melee input at 128 MiB shards
+    (docs/results.md); tasks files of that form are still read (``from_arrow``).
     """
 
     def __init__(self, group: str, records: list[InputRecord], placements: list[Placement | None],
