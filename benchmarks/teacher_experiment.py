@@ -7,9 +7,11 @@ sides) trained with several seeds, then every checkpoint against poke-env's bots
               exp_adv-mixed=exp_adv@<search-vs-search version>+<search-vs-heuristic version> \
         --seeds 0 1 2 --steps 3000 --d-model 128 --action-head slots --results benchmarks/results/teacher-exp
 
-An arm is ``name=objective@version[+version...]``: the policy trains on both sides of every battle of its versions
-(``--extra-shards`` past the first). Runs go ``--parallel`` at a time, each a ``replayforge-train-policy`` process
-with one CPU and one torch thread, with a validation share for imitation accuracy. The ladder (``--checkpoints-meet``
+An arm is ``name=objective[,flag=value...]@version[+version...]``: the policy trains on both sides of every battle of
+its versions (``--extra-shards`` past the first), with the trainer's flags the arm adds (``sides=p1`` for one side
+only, ``critic-target=mc``, ``exp-beta=0.3``: ``--sides p1`` and so on; a list's items are separated by ``/``).
+Runs go ``--parallel`` at a time, each a ``replayforge-train-policy`` process with one CPU and one torch thread, with
+a validation share for imitation accuracy. The ladder (``--checkpoints-meet``
 off: each checkpoint meets the bots, not the other checkpoints) gives every seed's win rate with its Wilson interval;
 ``runs.csv`` has one row per run (arm, seed, training seconds, validation accuracy, win rate and interval per
 opponent) and ``arms.csv`` one per arm (the seeds' mean, their range, and the pooled battles' interval). A run that
@@ -43,7 +45,7 @@ class ExperimentConfig:
     Attributes:
         out: local folder for the runs (``<arm>-seed<k>``), the ladder (``ladder/``) and the logs.
         port: port of the ladder's local Showdown server (127.0.0.1).
-        arm: ``name=objective@version[+version...]`` of each arm: what it trains on and how.
+        arm: ``name=objective[,flag=value...]@version[+version...]`` of each arm: what it trains on and how.
         seeds: training seeds of every arm.
         preset: the policy's size preset.
         d_model: the policy's width (0: the preset's).
@@ -80,18 +82,26 @@ class ExperimentConfig:
 
     def __post_init__(self):
         if not self.arm:
-            raise ValueError("give at least one --arm name=objective@version[+version...]")
+            raise ValueError("give at least one --arm name=objective[,flag=value...]@version[+version...]")
         for arm in self.arm:
             parse_arm(arm)
 
 
-def parse_arm(text: str) -> tuple[str, str, list[str]]:
-    """``name=objective@v1+v2`` → (name, objective, versions)."""
+def parse_arm(text: str) -> tuple[str, str, list[str], dict[str, list[str]]]:
+    """``name=objective,flag=value@v1+v2`` → (name, objective, versions, {flag: values}); a flag's values are
+    separated by ``/`` (``sides=p1/p2``)."""
     name, sep, rest = text.partition("=")
-    objective, at, versions = rest.partition("@")
+    spec, at, versions = rest.partition("@")
+    objective, *pairs = spec.split(",")
+    flags = {}
+    for pair in pairs:
+        flag, eq, value = pair.partition("=")
+        if not (flag and eq and value):
+            raise ValueError(f"an arm's flag is flag=value, not {pair!r} (in {text!r})")
+        flags[flag] = value.split("/")
     if not (sep and at and name and objective and versions):
-        raise ValueError(f"an arm is name=objective@version[+version...], not {text!r}")
-    return name, objective, versions.split("+")
+        raise ValueError(f"an arm is name=objective[,flag=value...]@version[+version...], not {text!r}")
+    return name, objective, versions.split("+"), flags
 
 
 def finished(run: Path, steps: int) -> bool:
@@ -103,9 +113,10 @@ def finished(run: Path, steps: int) -> bool:
 def train_one(cfg: ExperimentConfig, arm: str, seed: int) -> dict:
     """One run of the trainer as its own process; (arm, seed, run folder, seconds, last validation accuracy).
     A run already finished under ``out`` is reused: its seconds are left empty."""
-    name, objective, versions = parse_arm(arm)
+    name, objective, versions, flags = parse_arm(arm)
     run = Path(cfg.out) / f"{name}-seed{seed}"
-    row = {"arm": name, "objective": objective, "versions": " ".join(versions), "seed": seed, "run": str(run)}
+    row = {"arm": name, "objective": objective, "flags": " ".join(f"{k}={'/'.join(v)}" for k, v in flags.items()),
+           "versions": " ".join(versions), "seed": seed, "run": str(run)}
     if finished(run, cfg.steps):
         return {**row, "train_s": None, "val_accuracy": last_validation(run)}
     argv = [sys.executable, str(TRAINER), "--shards", versions[0], *(["--extra-shards", *versions[1:]]
@@ -115,7 +126,8 @@ def train_one(cfg: ExperimentConfig, arm: str, seed: int) -> dict:
             "--context", str(cfg.context), "--lr", str(cfg.lr), "--seed", str(seed),
             "--validation-share", str(cfg.validation_share), "--eval-every", str(max(1, cfg.steps // 4)),
             "--checkpoint-every", str(cfg.steps), "--log-every", str(max(1, cfg.steps // 20)),
-            "--cpus-per-worker", "1", "--torch-threads", "1", "--wandb-mode", "disabled"]
+            "--cpus-per-worker", "1", "--torch-threads", "1", "--wandb-mode", "disabled",
+            *(item for flag, values in flags.items() for item in (f"--{flag}", *values))]
     start = time.monotonic()
     with open(Path(cfg.out) / f"{name}-seed{seed}.log", "w") as log:
         subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=True)

@@ -267,7 +267,7 @@ class TicTacToeRecipe(Recipe):
     def epoch_windows(self, version, epoch: int):
         return cut_windows(version.index(), self.cfg.context, self.cfg.context, seed=self.cfg.seed + epoch)
 
-    def loader(self):
+    def loader(self, model_config):
         return LoadMoves(self.cfg.shards, self.cfg.context)
 
     def loss(self, model, batch: dict, step: int):

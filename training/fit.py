@@ -183,8 +183,9 @@ class Recipe:
         ``ShardVersion``, or a ``training/windows.VersionUnion`` whose windows keep its ``version_number`` column."""
         raise NotImplementedError
 
-    def loader(self):
-        """Window specs → padded numpy arrays, in the worker (a ``LoadWindows`` of ``cfg.shard_paths()``)."""
+    def loader(self, model_config):
+        """Window specs → padded numpy arrays, in the worker (a ``LoadWindows`` of ``cfg.shard_paths()``), for a
+        model of ``model_config`` (e.g. the discount factors whose returns the batches carry)."""
         raise NotImplementedError
 
     def samples(self, batch: dict) -> int:
@@ -331,7 +332,7 @@ def train_loop_per_worker(config: dict) -> None:
     # The stream starts at the driver's resume step; Ray Train restarting the run itself from a later checkpoint
     # (--max-failures) is the one case where a worker skips specs (never loading their windows).
     skip = step - config["first_step"]
-    for batch in window_batches(shard, recipe.loader(), cfg.batch_size, first_batch=skip,
+    for batch in window_batches(shard, recipe.loader(model_config), cfg.batch_size, first_batch=skip,
                                 rows=slice(rank * per_worker, (rank + 1) * per_worker)):
         if step >= cfg.steps:
             break

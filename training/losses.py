@@ -34,6 +34,27 @@ def td_targets(rewards: torch.Tensor, dones: torch.Tensor, next_values: torch.Te
     return rewards[..., None] + gammas * (1.0 - dones.float())[..., None] * next_values
 
 
+def lambda_returns(next_rewards: torch.Tensor, next_dones: torch.Tensor, next_values: torch.Tensor,
+                   next_valid: torch.Tensor, tail_returns: torch.Tensor, gammas: torch.Tensor,
+                   lam: float) -> torch.Tensor:
+    """λ-returns inside a window whose tail is the trajectory's own return; (B, T) next reward, done and valid,
+    (B, T, G) next values and tail returns, (G,) → (B, T, G).
+
+    ``G^λ_t = r_{t+1} + γ (1 - done_{t+1}) [(1 - λ) V(s_{t+1}) + λ G^λ_{t+1}]``, and at a step whose next row is not in
+    the window (``next_valid`` False: the window's last step, or padding) ``G^λ_t`` is ``tail_returns[t]``, the Monte
+    Carlo return of the rest of the trajectory (``training/returns.discounted_returns``), so no target is cut at the
+    window's edge. λ = 1 gives the Monte Carlo returns; λ = 0 the one-step targets ``td_targets`` wherever the next
+    row is in the window."""
+    out = torch.empty_like(tail_returns)
+    following = tail_returns[:, -1]
+    keep = (1.0 - next_dones.float())[..., None]  # (B, T, 1)
+    for t in range(tail_returns.shape[1] - 1, -1, -1):
+        inside = next_rewards[:, t, None] + gammas * keep[:, t] * ((1.0 - lam) * next_values[:, t] + lam * following)
+        following = torch.where(next_valid[:, t, None], inside, tail_returns[:, t])
+        out[:, t] = following
+    return out
+
+
 def critic_loss(q_values: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor,
                 step_mask: torch.Tensor) -> torch.Tensor:
     """Mean squared error of Q(s, a) against fixed targets, averaged over discount factors; (B, T, G, A) q."""

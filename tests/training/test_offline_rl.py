@@ -18,6 +18,7 @@ def _losses(out):
 
 
 SMOKE_OBJECTIVES = ("bc", "filtered_bc")
+SMOKE_CRITICS = {"bc": "td", "filtered_bc": "mc"}  # the Monte Carlo targets' returns through Ray Train's workers too
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,8 @@ def smoke_runs(tiny_generated, tmp_path_factory):
     root = tmp_path_factory.mktemp("smoke")
     configs = {objective: TrainConfig.tiny(shards=str(published.path), out=str(root / objective), num_workers=2,
                                            objective=objective, cpus_per_worker=0.25, validation_share=0.3,
-                                           eval_every=6) for objective in SMOKE_OBJECTIVES}
+                                           eval_every=6, critic_target=SMOKE_CRITICS[objective])
+               for objective in SMOKE_OBJECTIVES}
 
     def attempt(cfg):
         try:
@@ -167,6 +169,43 @@ def test_window_gather_matches_reference(tiny_generated):
         ref = load_window_reference(tables[spec["file"]], spec["row_start"], spec["num_rows"], context)
         for key, value in ref.items():
             assert fast[key][i].dtype == value.dtype and np.array_equal(fast[key][i], value), (key, i)
+
+
+def test_loaded_returns_are_each_trajectorys_own(tiny_generated):
+    """With discount factors, every loaded turn carries its trajectory's return to the end (the reference loop over
+    that trajectory's rewards read from the shard), whichever window it falls in; a winner's first decision gets
+    γ^(n-2) for its n rows (the result is the closing row's reward), a loser's the negative."""
+    import numpy as np
+
+    from shards_schema.reader import open_version
+    from training.pokemon.windows import LoadTurnWindows, window_specs
+    from training.returns import discounted_returns_reference
+
+    _, published, _ = tiny_generated
+    version = open_version(published.path)
+    gammas, context = (0.9, 0.999), 8
+    specs = window_specs(version, context, seed=1)
+    batch = {k: specs.column(k).to_numpy(zero_copy_only=False) for k in specs.column_names}
+    batch["window"] = np.arange(specs.num_rows)
+    loaded = LoadTurnWindows(str(published.path), context, gammas=gammas)(batch)
+    expected = {}
+    for row in version.index().to_pylist():
+        rewards = version.read_table(row["file"], ["reward"]).column("reward").to_numpy()
+        own = discounted_returns_reference(rewards[row["row_start"]:row["row_start"] + row["num_rows"]], gammas)
+        for k in range(row["num_rows"]):
+            expected[(row["file"], row["row_start"] + k)] = own[k]
+        if row["result"] in ("win", "loss") and row["num_rows"] > 1:
+            sign = 1.0 if row["result"] == "win" else -1.0
+            np.testing.assert_allclose(own[0], sign * np.power(gammas, row["num_rows"] - 2))
+    checked = 0
+    for i in range(specs.num_rows):
+        for k in range(int(batch["num_rows"][i])):
+            np.testing.assert_allclose(loaded["returns"][i, k],
+                                       expected[(str(batch["file"][i]), int(batch["row_start"][i]) + k)], rtol=1e-6)
+            checked += 1
+        assert not loaded["returns"][i, int(batch["num_rows"][i]):].any()  # padding
+    assert checked == sum(r["num_rows"] for r in version.index().to_pylist())
+    assert "returns" not in LoadTurnWindows(str(published.path), context)(batch)
 
 
 def test_tokens_outside_the_vocabulary_are_refused_by_the_loader(tiny_generated):

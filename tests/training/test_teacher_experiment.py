@@ -10,11 +10,16 @@ from training.pokemon.evaluate import wilson_interval
 
 
 def test_an_arm_names_its_objective_and_versions():
-    assert parse_arm("bc-mixed=bc@out/a+out/b") == ("bc-mixed", "bc", ["out/a", "out/b"])
-    assert parse_arm("x=exp_adv@s3://b/v1") == ("x", "exp_adv", ["s3://b/v1"])
-    for bad in ("bc@v", "x=bc", "=bc@v", "x=@v"):
-        with pytest.raises(ValueError, match="name=objective@version"):
+    assert parse_arm("bc-mixed=bc@out/a+out/b") == ("bc-mixed", "bc", ["out/a", "out/b"], {})
+    assert parse_arm("x=exp_adv@s3://b/v1") == ("x", "exp_adv", ["s3://b/v1"], {})
+    assert parse_arm("o=bc,sides=p1,critic-target=mc@a+b") == ("o", "bc", ["a", "b"],
+                                                               {"sides": ["p1"], "critic-target": ["mc"]})
+    assert parse_arm("t=exp_adv,sides=p1/p2@a")[3] == {"sides": ["p1", "p2"]}
+    for bad in ("bc@v", "x=bc", "=bc@v", "x=@v", "x=,sides=p1@v"):
+        with pytest.raises(ValueError, match="name=objective"):
             parse_arm(bad)
+    with pytest.raises(ValueError, match="flag=value"):
+        parse_arm("x=bc,sides@v")
     with pytest.raises(ValueError, match="at least one --arm"):
         ExperimentConfig(out="o", port=1)
 

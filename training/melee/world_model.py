@@ -184,7 +184,7 @@ class WorldModelRecipe(Recipe):
         return window_specs(version, self.cfg.context, self.cfg.seed + epoch,
                             exclude=self.plan["val_games"] + self.plan.get("left_out", []), phase=phase)
 
-    def loader(self):
+    def loader(self, model_config):
         return LoadFrameWindows(self.cfg.shard_paths(), self.cfg.context)
 
     def samples(self, batch: dict) -> int:

@@ -5,8 +5,9 @@
     python training/pokemon/offline_rl.py --shards OUT/pokemon_turns/<v1> --extra-shards OUT/pokemon_turns/<v2> ...
 
 Objectives: ``bc`` (behaviour cloning), ``filtered_bc`` (imitate actions whose advantage under the multi-gamma
-critic is positive) and ``exp_adv`` (advantage-weighted, exp(A/β) clipped); the critics learn one-step TD targets
-for every discount factor in all three (for ``bc`` they are trained beside, not used). bf16 autocast and TF32 on
+critic is positive) and ``exp_adv`` (advantage-weighted, exp(A/β) clipped); the critics learn, for every discount
+factor, Monte Carlo returns of the whole trajectory, λ-returns or one-step TD targets (``--critic-target``) in all
+three (for ``bc`` they are trained beside, not used). bf16 autocast and TF32 on
 CUDA, fp32 on CPU; DDP across workers. The loop, resume and checkpoints are ``training/fit.py``'s (self-describing:
 ``training/checkpoints.py``); this file holds the policy's windows, batch and losses. Metrics go to
 ``OUT/metrics.csv`` and to Weights & Biases (offline unless logged in).
@@ -28,6 +29,7 @@ from training.pokemon.windows import LoadTurnWindows, window_specs
 from training.windows import first_windows, open_shards
 
 OBJECTIVES = ("bc", "filtered_bc", "exp_adv")
+CRITIC_TARGETS = ("td", "mc", "lambda")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +40,12 @@ class TrainConfig(TrainerConfig):
         preset: model size: tiny, small, medium or large.
         objective: bc, filtered_bc or exp_adv.
         critic_weight: weight of the critic loss.
+        critic_target: what the critics regress Q(s, a) on: ``mc``, the trajectory's discounted return from that
+            decision to its end (the battle's result is known for every row; ``training/returns.py``); ``lambda``,
+            λ-returns over the window that bootstrap from the critic's own values and take the Monte Carlo return
+            past the window's end (``losses.lambda_returns``); ``td``, one-step targets r + γ V(s') inside the window
+            (the window's last step has none).
+        critic_lambda: λ of ``--critic-target lambda`` (1: Monte Carlo; 0: one-step inside the window).
         advantage_gamma: index of the discount factor whose advantage weighs the actor.
         exp_beta: temperature of exp_adv weights.
         sides: train only on trajectories of these player sides (e.g. ``p1`` when p1 is the player to imitate).
@@ -56,6 +64,8 @@ class TrainConfig(TrainerConfig):
     preset: str = "small"
     objective: str = "bc"
     critic_weight: float = 0.5
+    critic_target: str = "td"
+    critic_lambda: float = 0.9
     advantage_gamma: int = 2
     exp_beta: float = 1.0
     sides: list[str] = field(default_factory=list)
@@ -70,6 +80,10 @@ class TrainConfig(TrainerConfig):
         super().__post_init__()
         if self.objective not in OBJECTIVES:
             raise ValueError(f"--objective must be one of {OBJECTIVES}")
+        if self.critic_target not in CRITIC_TARGETS:
+            raise ValueError(f"--critic-target must be one of {CRITIC_TARGETS}")
+        if not 0.0 <= self.critic_lambda <= 1.0:
+            raise ValueError("--critic-lambda is in [0, 1]")
         if not 0.0 <= self.validation_share < 1.0:
             raise ValueError("--validation-share is a share in [0, 1)")
         if min(self.eval_every, self.max_eval_windows) < 1:
@@ -92,19 +106,10 @@ def compute_losses(model, batch, cfg: TrainConfig, gammas):
     """(total, actor, critic, accuracy, turns that reach the loss) of one batch, as tensors (the math lives in
     training/losses.py)."""
     out = model(batch["tokens"], batch["numeric"], batch["legal"], batch["valid"])
-    action, valid = batch["action"], batch["valid"]
+    action = batch["action"]
     mask = step_mask(batch)
-    # one-step TD targets inside the window: reward and done of the next row, V of the next state
-    next_valid = torch.zeros_like(valid)
-    next_valid[:, :-1] = valid[:, 1:]
-    next_values = torch.zeros_like(out.values)
-    next_values[:, :-1] = out.values[:, 1:].detach()
-    next_reward = torch.zeros_like(batch["reward"])
-    next_reward[:, :-1] = batch["reward"][:, 1:]
-    next_done = torch.ones_like(batch["done"])
-    next_done[:, :-1] = batch["done"][:, 1:]
-    targets = losses.td_targets(next_reward, next_done, next_values, gammas)
-    critic = losses.critic_loss(out.q_values.float(), action, targets.float(), mask & next_valid)
+    targets, target_mask = critic_targets(batch, out.values.detach().float(), gammas, cfg)
+    critic = losses.critic_loss(out.q_values.float(), action, targets, mask & target_mask)
     if cfg.objective == "bc":
         actor = losses.behaviour_cloning_loss(out.logits, action, mask)
     else:
@@ -115,6 +120,28 @@ def compute_losses(model, batch, cfg: TrainConfig, gammas):
     predicted = out.logits.argmax(-1)
     accuracy = ((predicted == action) & mask).sum() / mask.sum().clamp(min=1)
     return actor + cfg.critic_weight * critic, actor, critic, accuracy, mask.sum()
+
+
+def critic_targets(batch: dict, values: torch.Tensor, gammas: torch.Tensor, cfg: TrainConfig):
+    """(targets (B, T, G), steps that have one (B, T)) of ``cfg.critic_target`` for a batch; ``values`` (B, T, G) are
+    the critic's own V(s), held fixed. ``mc`` and ``lambda`` read the batch's ``returns`` (``LoadTurnWindows`` with
+    the model's discount factors)."""
+    valid = batch["valid"]
+    if cfg.critic_target == "mc":
+        return batch["returns"].float(), valid
+    # the next row's reward, done and V: what one-step and λ-returns bootstrap from
+    next_valid = torch.zeros_like(valid)
+    next_valid[:, :-1] = valid[:, 1:]
+    next_values = torch.zeros_like(values)
+    next_values[:, :-1] = values[:, 1:]
+    next_reward = torch.zeros_like(batch["reward"])
+    next_reward[:, :-1] = batch["reward"][:, 1:]
+    next_done = torch.ones_like(batch["done"])
+    next_done[:, :-1] = batch["done"][:, 1:]
+    if cfg.critic_target == "td":
+        return losses.td_targets(next_reward, next_done, next_values, gammas).float(), next_valid
+    return losses.lambda_returns(next_reward.float(), next_done, next_values, next_valid, batch["returns"].float(),
+                                 gammas.float(), cfg.critic_lambda), valid
 
 
 def step_mask(batch: dict):
@@ -156,8 +183,9 @@ class PolicyRecipe(Recipe):
                             validation_share=self.cfg.validation_share, split_seed=self.cfg.seed,
                             train_share=self.cfg.train_share)
 
-    def loader(self):
-        return LoadTurnWindows(self.cfg.shard_paths(), self.cfg.context, vocab_size=self.plan["vocab_size"])
+    def loader(self, model_config):
+        return LoadTurnWindows(self.cfg.shard_paths(), self.cfg.context, vocab_size=self.plan["vocab_size"],
+                               gammas=returns_gammas(self.cfg, model_config))
 
     def samples(self, batch: dict) -> int:
         return int(step_mask(batch).sum())
@@ -174,17 +202,24 @@ class PolicyRecipe(Recipe):
         if not self.cfg.validation_share or not (step % self.cfg.eval_every == 0 or step == self.cfg.steps):
             return None
         if self._val is None:
-            self._val = validation_windows(self.cfg, self.plan["vocab_size"])
+            self._val = validation_windows(self.cfg, self.plan["vocab_size"], getattr(model, "module", model).cfg)
         return evaluate(model, self._val, self.cfg, device) if self._val else None
 
 
-def validation_windows(cfg: TrainConfig, vocab_size: int) -> dict:
+def returns_gammas(cfg: TrainConfig, model_config) -> tuple[float, ...] | None:
+    """The discount factors whose trajectory returns the loader computes: the critics' where the targets need them
+    (``mc``, ``lambda``), else None (``td`` reads none)."""
+    return tuple(model_config.gammas) if cfg.critic_target != "td" else None
+
+
+def validation_windows(cfg: TrainConfig, vocab_size: int, model_config) -> dict:
     """The first ``max_eval_windows`` windows of the held-out battles of every version trained on, in a fixed
     order (resuming stays exact)."""
     specs = window_specs(open_shards(cfg.shard_paths(), check_sha256=False), cfg.context, 0, cfg.sides,
                          validation_share=cfg.validation_share, split_seed=cfg.seed, validation=True)
     return first_windows(specs, cfg.max_eval_windows,
-                         LoadTurnWindows(cfg.shard_paths(), cfg.context, vocab_size=vocab_size))
+                         LoadTurnWindows(cfg.shard_paths(), cfg.context, vocab_size=vocab_size,
+                                       gammas=returns_gammas(cfg, model_config)))
 
 
 def evaluate(model, windows: dict, cfg: TrainConfig, device, batch_size: int = 64) -> dict[str, float]:

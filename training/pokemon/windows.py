@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 from models.pokemon_policy import check_inputs
 from shards_schema.pokemon import NUM_ACTIONS, NUM_MOVES, NUM_SWITCHES, OBS_NUMERIC, OBS_WORDS
 from shards_schema.reader import ShardVersion
+from training.returns import discounted_returns
 from training.windows import LoadWindows, VersionUnion, cut_windows, held_out, index_columns
 
 COLUMNS = ["obs_tokens", "obs_numeric", "legal_mask", "action", "reward", "done"]
@@ -81,16 +82,30 @@ def load_window_reference(table: pa.Table, start: int, count: int, context: int)
     return out
 
 
+def shard_returns(index: pa.Table, file: str, rewards: np.ndarray, gammas) -> np.ndarray:
+    """(N, G) discounted returns of every row of shard ``file`` (its (N,) ``rewards``), trajectory by trajectory as
+    ``index`` (a version's) places them."""
+    rows = index.filter(pc.equal(index.column("file"), file))
+    return discounted_returns(rewards, rows.column("row_start").to_numpy(), rows.column("num_rows").to_numpy(),
+                              gammas)
+
+
 class LoadTurnWindows(LoadWindows):
-    """Window specs of turns → padded arrays of the policy's inputs: about 390 bytes per cached turn."""
+    """Window specs of turns → padded arrays of the policy's inputs: about 390 bytes per cached turn. With
+    ``gammas``, each turn also carries ``returns`` (G,): its trajectory's discounted return from that decision to the
+    trajectory's end for each discount factor (``training/returns.discounted_returns``, once per decoded shard from
+    the version's index), 4 bytes per factor more per turn."""
 
     def __init__(self, version_paths: str | list[str], context: int, max_cached_bytes: int = 4 << 30,
-                 vocab_size: int | None = None):
+                 vocab_size: int | None = None, gammas: tuple[float, ...] | None = None):
         super().__init__(version_paths, context, max_cached_bytes)
         self.vocab_size = vocab_size  # token ids are checked against it once per decoded shard
+        self.gammas = gammas
 
     def _decode(self, file: str, number: int = 0) -> dict[str, np.ndarray]:
         arrays = decode_shard(self.versions[number].read_table(file, COLUMNS))
+        if self.gammas is not None:
+            arrays["returns"] = shard_returns(self.versions[number].index(), file, arrays["reward"], self.gammas)
         if self.vocab_size is not None:
             # here rather than in the model's forward pass, where the check would wait on the device every step
             check_inputs(arrays["tokens"], self.vocab_size)
