@@ -69,6 +69,17 @@ def advantages(q_values: torch.Tensor, values: torch.Tensor, actions: torch.Tens
     return q_values.gather(-1, index).squeeze(-1) - values
 
 
+def best_legal_values(q_values: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
+    """max over legal actions of Q(s, a) per discount factor; (B, T, G, A), (B, T, A) → (B, T, G). A row with no legal
+    action gets its max over all actions (its steps never reach a loss). The baseline of CRR's ``max`` advantage
+    A = Q(s, a) - max_a' Q(s, a'): unlike the policy's expectation, it does not follow whoever's choices the policy
+    copies in that state, so a weak player's choices score below a strong one's even where the policy imitates the
+    weak one."""
+    any_legal = legal.any(-1, keepdim=True)
+    allowed = (legal | ~any_legal)[:, :, None, :]
+    return q_values.masked_fill(~allowed, float("-inf")).amax(-1)
+
+
 def filtered_bc_weights(advantage: torch.Tensor) -> torch.Tensor:
     """Binary filter: imitate only actions with positive advantage."""
     return (advantage > 0).float()

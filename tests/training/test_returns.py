@@ -127,3 +127,15 @@ def test_the_config_refuses_unknown_targets():
         TrainConfig(shards="x", out="y", critic_target="gae")
     with pytest.raises(ValueError, match="--critic-lambda"):
         TrainConfig(shards="x", out="y", critic_target="lambda", critic_lambda=1.5)
+
+
+def test_the_max_baseline_is_the_best_legal_actions_q():
+    q = torch.tensor([[[[1.0, 9.0, 3.0], [0.5, -1.0, -2.0]]]])  # (B=1, T=1, G=2, A=3)
+    legal = torch.tensor([[[True, False, True]]])
+    torch.testing.assert_close(losses.best_legal_values(q, legal), torch.tensor([[[3.0, 0.5]]]))
+    # a row with no legal action takes the max over all (its steps never reach a loss)
+    torch.testing.assert_close(losses.best_legal_values(q, torch.zeros_like(legal)), torch.tensor([[[9.0, 0.5]]]))
+    adv = losses.advantages(q, losses.best_legal_values(q, legal), torch.tensor([[0]]))
+    torch.testing.assert_close(adv, torch.tensor([[[-2.0, 0.0]]]))  # never above 0 for a legal action
+    with pytest.raises(ValueError, match="--advantage-baseline"):
+        TrainConfig(shards="x", out="y", advantage_baseline="median")

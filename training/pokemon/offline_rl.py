@@ -30,6 +30,7 @@ from training.windows import first_windows, open_shards
 
 OBJECTIVES = ("bc", "filtered_bc", "exp_adv")
 CRITIC_TARGETS = ("td", "mc", "lambda")
+ADVANTAGE_BASELINES = ("mean", "max")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +48,8 @@ class TrainConfig(TrainerConfig):
             (the window's last step has none).
         critic_lambda: λ of ``--critic-target lambda`` (1: Monte Carlo; 0: one-step inside the window).
         advantage_gamma: index of the discount factor whose advantage weighs the actor.
+        advantage_baseline: what A = Q(s, a) - baseline subtracts: ``mean``, V(s) = Σ π(a'|s) Q(s, a') under the
+            policy being trained; ``max``, the best legal action's Q (``losses.best_legal_values``).
         exp_beta: temperature of exp_adv weights.
         sides: train only on trajectories of these player sides (e.g. ``p1`` when p1 is the player to imitate).
         validation_share: share of battles held out for validation, both sides of a battle together (0: none, every
@@ -67,6 +70,7 @@ class TrainConfig(TrainerConfig):
     critic_target: str = "td"
     critic_lambda: float = 0.9
     advantage_gamma: int = 2
+    advantage_baseline: str = "mean"
     exp_beta: float = 1.0
     sides: list[str] = field(default_factory=list)
     validation_share: float = 0.0
@@ -80,6 +84,8 @@ class TrainConfig(TrainerConfig):
         super().__post_init__()
         if self.objective not in OBJECTIVES:
             raise ValueError(f"--objective must be one of {OBJECTIVES}")
+        if self.advantage_baseline not in ADVANTAGE_BASELINES:
+            raise ValueError(f"--advantage-baseline must be one of {ADVANTAGE_BASELINES}")
         if self.critic_target not in CRITIC_TARGETS:
             raise ValueError(f"--critic-target must be one of {CRITIC_TARGETS}")
         if not 0.0 <= self.critic_lambda <= 1.0:
@@ -113,13 +119,20 @@ def compute_losses(model, batch, cfg: TrainConfig, gammas):
     if cfg.objective == "bc":
         actor = losses.behaviour_cloning_loss(out.logits, action, mask)
     else:
-        adv = losses.advantages(out.q_values.float(), out.values.float(), action)[..., cfg.advantage_gamma]
+        adv = advantage(out, batch, cfg.advantage_baseline)[..., cfg.advantage_gamma]
         weights = (losses.filtered_bc_weights(adv) if cfg.objective == "filtered_bc"
                    else losses.exp_advantage_weights(adv, beta=cfg.exp_beta))
         actor = losses.weighted_actor_loss(out.logits, action, weights, mask)
     predicted = out.logits.argmax(-1)
     accuracy = ((predicted == action) & mask).sum() / mask.sum().clamp(min=1)
     return actor + cfg.critic_weight * critic, actor, critic, accuracy, mask.sum()
+
+
+def advantage(out, batch: dict, baseline: str) -> torch.Tensor:
+    """A(s, a) of the taken actions, (B, T, G), against ``baseline`` (``TrainConfig.advantage_baseline``)."""
+    q = out.q_values.float()
+    values = out.values.float() if baseline == "mean" else losses.best_legal_values(q, batch["legal"])
+    return losses.advantages(q, values, batch["action"])
 
 
 def critic_targets(batch: dict, values: torch.Tensor, gammas: torch.Tensor, cfg: TrainConfig):
