@@ -27,6 +27,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
+# benchmarks/ is not an installed package (pyproject's packages.find): the checkout's root on the path imports it
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.advantage_weights import player_of
 from shards_schema.reader import open_version
 
 PARSE = Path(__file__).resolve().parents[1] / "pipelines" / "parse_replays.py"
@@ -58,8 +61,6 @@ def decisions_by_side(version) -> dict[str, int]:
 def composition(versions: list) -> list[dict]:
     """One row per player over ``versions`` (opened): its decisions and share of all; a side's player is the policy
     the version's manifest names for it (``benchmarks/advantage_weights.player_of``)."""
-    from benchmarks.advantage_weights import player_of
-
     totals: dict[str, int] = {}
     for version in versions:
         for side, n in decisions_by_side(version).items():

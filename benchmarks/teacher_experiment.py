@@ -56,7 +56,8 @@ class ExperimentConfig:
         lr: learning rate.
         validation_share: battles held out for the validation accuracy.
         parallel: runs trained at once (each one CPU, one torch thread).
-        ladder_battles: battles of each checkpoint against each bot (half each side).
+        ladder_battles: battles of each checkpoint against each bot (half each side); 0 trains (or reuses) the runs
+            and writes ``runs.csv`` without a ladder (pilots whose checkpoints a later experiment rates).
         ladder_players: poke-env bots of the ladder (random is the anchor).
         formats: formats of the ladder.
         results: folder the CSVs are copied to (empty: only under ``out``).
@@ -185,14 +186,17 @@ def main(argv: list[str] | None = None) -> None:
     for r in runs:
         took = f"{r['train_s']:.0f} s" if r["train_s"] is not None else "finished before, reused"
         print(f"[experiment] {r['arm']} seed {r['seed']}: {took}, validation accuracy {r['val_accuracy']}")
-    result = ladder.run(ladder.LadderConfig(
-        out=str(Path(cfg.out) / "ladder"), port=cfg.port, checkpoints=[r["run"] for r in runs],
-        players=list(cfg.ladder_players), battles_per_pair=cfg.ladder_battles, formats=list(cfg.formats),
-        checkpoints_meet=False))
-    runs, arms = summarize(runs, result["matrix"])
+    matrix = []
+    if cfg.ladder_battles:
+        matrix = ladder.run(ladder.LadderConfig(
+            out=str(Path(cfg.out) / "ladder"), port=cfg.port, checkpoints=[r["run"] for r in runs],
+            players=list(cfg.ladder_players), battles_per_pair=cfg.ladder_battles, formats=list(cfg.formats),
+            checkpoints_meet=False))["matrix"]
+    runs, arms = summarize(runs, matrix)
     for folder in filter(None, (cfg.out, cfg.results)):
         sweeps.write_csv(str(Path(folder) / "runs.csv"), runs)
-        sweeps.write_csv(str(Path(folder) / "arms.csv"), arms)
+        if arms:
+            sweeps.write_csv(str(Path(folder) / "arms.csv"), arms)
     for a in arms:
         print(f"[experiment] {a['arm']} vs {a['opponent']} ({a['format']}): mean {a['mean']:.1%} over "
               f"{a['seeds']} seeds (lowest {a['lowest']:.1%}, highest {a['highest']:.1%}), pooled "
