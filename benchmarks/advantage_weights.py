@@ -13,13 +13,14 @@ A decision's player is the policy its version's manifest names for its side (a g
 side the first ``--windows`` held-out windows go through the policy, and every decision that reaches the actor loss
 adds its advantage at the training discount.
 
-Printed and written: ``players.csv``, one row per baseline, player and β: decisions, mean and spread of A, the mean
-weight relative to all decisions' mean (the player's share of the gradient against plain BC's), the share of weights
-outside [0.8, 1.25] and the effective sample size (Σw)² / (n Σw²) as a share of n; ``separation.csv``, one row per
-baseline and β: the AUC of telling the strongest player's decisions from the weakest's by A (0.5: chance; the same at
-every β, as the weights are monotone in A), the weakest's mean weight over the strongest's, and the effective sample
-size of all decisions. The chosen β is the largest at which the weakest's weight is at most half the strongest's (the
-critic goal), i.e. the mildest weighting that separates them; with none, the β with the lowest ratio.
+Printed and written: ``players.csv``, one row per baseline, player and β: decisions, mean and spread of A, the share
+``filtered_bc`` keeps (A ≥ 0), the mean weight relative to all decisions' mean (the player's share of the gradient
+against plain BC's), the share of weights outside [0.8, 1.25] and the effective sample size (Σw)² / (n Σw²) as a
+share of n; ``separation.csv``, one row per baseline and β: the AUC of telling the strongest player's decisions from
+the weakest's by A (0.5: chance; the same at every β, as the weights are monotone in A), the weakest's mean weight
+over the strongest's, and the effective sample size of all decisions. The chosen β is the largest at which the
+weakest's weight is at most half the strongest's (the critic goal), i.e. the mildest weighting that separates them;
+with none, the β with the lowest ratio.
 """
 
 from __future__ import annotations
@@ -91,7 +92,9 @@ def summarize(groups: dict[str, np.ndarray], betas: list[float], max_weight: flo
             w = weights[name]
             rows.append({"player": name, "beta": beta, "decisions": len(adv), "adv_mean": float(adv.mean()),
                          "adv_std": float(adv.std()), "adv_p05": float(np.quantile(adv, 0.05)),
-                         "adv_p95": float(np.quantile(adv, 0.95)), "relative_weight": float(w.mean() / overall),
+                         "adv_p95": float(np.quantile(adv, 0.95)),
+                         "filter_kept_share": float(losses.filtered_bc_weights(torch.as_tensor(adv)).mean()),
+                         "relative_weight": float(w.mean() / overall),
                          "share_outside_0.8_1.25": float(((w < 0.8) | (w > 1.25)).mean()),
                          "ess_share": float(w.sum() ** 2 / (len(w) * (w ** 2).sum()))})
     return rows
@@ -170,9 +173,9 @@ def main(argv: list[str] | None = None) -> None:
           f"{train['advantage_gamma']}, step {ckpt.step})")
     for row in rows:
         print(f"{row['baseline']:<4} β {row['beta']:<5g} {row['player']:<10} n {row['decisions']:>6} "
-              f"A {row['adv_mean']:+.3f} ± "
-              f"{row['adv_std']:.3f} [p5 {row['adv_p05']:+.3f}, p95 {row['adv_p95']:+.3f}] relative weight "
-              f"{row['relative_weight']:.3f} outside [0.8, 1.25] {row['share_outside_0.8_1.25']:.1%} "
+              f"A {row['adv_mean']:+.3f} ± {row['adv_std']:.3f} [p5 {row['adv_p05']:+.3f}, "
+              f"p95 {row['adv_p95']:+.3f}] filter keeps {row['filter_kept_share']:.1%}, relative weight "
+              f"{row['relative_weight']:.3f}, outside [0.8, 1.25] {row['share_outside_0.8_1.25']:.1%}, "
               f"ESS {row['ess_share']:.1%}")
     for row in split:
         print(f"{row['baseline']:<4} β {row['beta']:<5g} AUC {row['strongest']} vs {row['weakest']} {row['auc']:.3f}, "

@@ -81,8 +81,9 @@ def best_legal_values(q_values: torch.Tensor, legal: torch.Tensor) -> torch.Tens
 
 
 def filtered_bc_weights(advantage: torch.Tensor) -> torch.Tensor:
-    """Binary filter: imitate only actions with positive advantage."""
-    return (advantage > 0).float()
+    """Binary filter: imitate only actions whose advantage is not negative (better than the policy's average under
+    the ``mean`` baseline; the critic's best legal action under ``max``, where no advantage is above 0)."""
+    return (advantage >= 0).float()
 
 
 def exp_advantage_weights(advantage: torch.Tensor, beta: float = 1.0, max_weight: float = 20.0) -> torch.Tensor:
