@@ -12,13 +12,14 @@ from typing import Annotated
 import pyarrow as pa
 
 from shards_schema.declare import arrow_schema, i8, i16, i32
-from shards_schema.versions import CodeVersions
+from shards_schema.versions import AddedColumn, CodeVersions
 
 SCHEMA_NAME = "pokemon_turns"
 CODE_VERSIONS = CodeVersions(
+    # 2.1.0: rows carry teacher_action, a teacher's label of the decision (-1: none; 2.0.0 versions lack it).
     # 2.0.0: rows say whether the chosen move was a Z-move or a Max move (zmove, dynamax), states can_zmove and
     # can_dynamax (a major: readers compare the row struct exactly)
-    schema="2.0.0",
+    schema="2.1.0",
     # 5.0.0: the legal mask is the request's choices: a request's own move beside switches (Struggle, gen 1's Fight
     # while asleep, frozen or partially trapped) is action 0 with slot 0 in the mask (was -1, slot closed); Revival
     # Blessing's fainted targets are the switch actions and available_switches (was -1, an empty mask).
@@ -34,6 +35,7 @@ CODE_VERSIONS = CodeVersions(
     observation="2.0.0",
     reparse_command="python pipelines/parse_replays.py --source <source> --input <raw inputs> --out <dir>",
     refeaturize_command="python pipelines/pokemon/refeaturize.py --input <this version folder> --out <dir>",
+    added_columns=(AddedColumn(name="teacher_action", since="2.1.0", absent=-1),),
 )
 SCHEMA_VERSION = CODE_VERSIONS.schema
 
@@ -211,6 +213,10 @@ class PokemonTurn:
         action: action id chosen (see NUM_ACTIONS); -1 where not visible or not one of the 13 choices. From a
             spectator log, a ``|cant|`` that names the stopped move (Disable, Taunt, ``nopp``...) or a Sleep Talk
             after ``|cant|...|slp`` shows the choice; paralysis, freeze, flinch, a sleep with no Sleep Talk do not.
+        teacher_action: the action id a teacher chose at this decision, in the layout of ``action``, legal under
+            ``legal_mask``: a generated battle's slot with a teacher (``--p1-teacher search``: a scripted player that
+            saw what the player saw and labelled its decisions without playing); -1 where no teacher labelled it
+            (every other source, a slot without a teacher, the closing row).
         zmove: the chosen move was used as a Z-move (its move slot is the action; -1 where a spectator cannot
             tell which of the Pokémon's moves became it, the flag still set).
         dynamax: the chosen move was a Max move: the Pokémon Dynamaxed with this choice or was Dynamaxed (the
@@ -240,6 +246,7 @@ class PokemonTurn:
     obs_numeric: Annotated[list[float], pa.list_(pa.field("item", pa.float32(), nullable=False), OBS_NUMERIC)]
     obs_unknown_words: i16
     action: i8
+    teacher_action: i8
     zmove: bool
     dynamax: bool
     legal_mask: Annotated[list[bool], pa.list_(pa.field("item", pa.bool_(), nullable=False), NUM_ACTIONS)]

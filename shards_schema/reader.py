@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from shards_schema import storage
 from shards_schema.manifest import MANIFEST_NAME, FileEntry, Manifest, ManifestError  # noqa: F401 - re-exported
 from shards_schema.registry import dataset
-from shards_schema.versions import check_versions
+from shards_schema.versions import check_versions, rows_schema_of
 
 
 class ShardIntegrityError(RuntimeError):
@@ -47,6 +47,13 @@ class ShardVersion:
 
     path: str
     manifest: Manifest
+
+    @functools.cached_property
+    def row_columns(self) -> tuple[str, ...]:
+        """The columns of this version's rows: the declared ones, less those a later minor of its schema added
+        (``shards_schema.versions.AddedColumn``; ``open_version`` checked every shard has exactly these)."""
+        spec = dataset(self.manifest.schema_name)
+        return tuple(rows_schema_of(spec.rows, spec.code, self.manifest.schema_version).names)
 
     def uri(self, file: str) -> str:
         """The URI of a file of this version (a name from its manifest)."""
@@ -189,13 +196,16 @@ def open_version(path: str | Path, *, check_sha256: bool = True, ignore_versions
     check_versions(manifest, spec.code, ignore=ignore_versions)
     for entry in [*manifest.files, manifest.index_file, manifest.quarantine_file]:
         _verify_file(version, entry, check_sha256=check_sha256)
-    for entry, declared in [(f, spec.rows) for f in manifest.files] + [(manifest.index_file, spec.index)]:
+    # a version of an older minor lacks the columns later minors added (and has every other declared one)
+    rows = rows_schema_of(spec.rows, spec.code, manifest.schema_version)
+    for entry, declared in [(f, rows) for f in manifest.files] + [(manifest.index_file, spec.index)]:
         uri = storage.join(version, entry.path)
         fs, inner = storage.resolve(uri)
         stored = pq.read_schema(inner, filesystem=fs)
         if not stored.equals(declared, check_metadata=False):
             raise ShardIntegrityError(
-                f"{uri} does not have the declared {manifest.schema_name} schema; it was not written by this pipeline"
+                f"{uri} does not have the declared {manifest.schema_name} schema of version "
+                f"{manifest.schema_version}; it was not written by this pipeline"
             )
     return ShardVersion(version, manifest)
 

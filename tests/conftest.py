@@ -123,7 +123,7 @@ RAY_FIXTURES = {"ray_local", "ray_head", "cluster"}
 """Start or use a Ray: the session's local one, test_job_submit's head, test_cluster_s3's two nodes."""
 CLUSTER_FIXTURES = {"ray_head", "cluster"}
 """Start Ray nodes of their own (`ray start`, tests/ray_nodes.py) beside the session's."""
-SIMULATOR_FIXTURES = {"tiny_generated", "gen2_battles"}
+SIMULATOR_FIXTURES = {"tiny_generated", "teacher_generated", "gen2_battles"}
 """Run the Pokémon Showdown simulator (Node.js), as do the tests and modules marked ``needs_simulator``."""
 STARTS_RAY_ITSELF = ("test_security_ray.py::test_local_job_listens_on_loopback_and_refuses_calls_without_the_token",)
 """Tests that start a Ray in a process of their own, which no fixture tells (a decorator where the file allows)."""
@@ -191,6 +191,52 @@ def tiny_generated(ray_local, tmp_path_factory):
     logs: list[str] = []
     published = run(cfg, log=logs.append)
     return cfg, published, logs
+
+
+TEACHER_BATTLES = 3
+"""Battles of ``teacher_generated``: gen1ou, a random p1 labelled by the search player, against the heuristic."""
+
+
+@pytest.fixture(scope="session")
+def teacher_generated(ray_local, tmp_path_factory):
+    """A published shard version whose p1 decisions a teacher labelled: ``TEACHER_BATTLES`` gen1ou battles of a
+    random p1 against the heuristic, the search player as p1's teacher, parsed by the job as a user runs it
+    (``--p1-teacher search``); skipped without the simulator. (config, published version)."""
+    if reason := simulator_missing():
+        pytest.skip(reason)
+    from pipelines.parse_replays import ParseConfig, run
+
+    cfg = ParseConfig.tiny(source="generated", out=str(tmp_path_factory.mktemp("teacher")), formats=["gen1ou"],
+                           num_battles=TEACHER_BATTLES, battles_per_chunk=TEACHER_BATTLES, p1="random",
+                           p2="heuristic", p1_teacher="search")
+    return cfg, run(cfg, log=lambda *_: None)
+
+
+def older_minor_copy(src, dest, schema_version: str):
+    """A copy at ``dest`` of the local shard version ``src`` as code of an older minor of its schema wrote it: the
+    columns added after ``schema_version`` (``CodeVersions.added_columns``) dropped from its shards, and its manifest
+    saying ``schema_version``, with the shards' new sizes and sha256. ``dest`` (a Path)."""
+    import dataclasses
+    import hashlib
+
+    import pyarrow.parquet as pq
+
+    from shards_schema.manifest import FileEntry, Manifest
+    from shards_schema.registry import dataset
+
+    shutil.copytree(src, dest)
+    manifest = Manifest.load(dest)
+    absent = [c.name for c in dataset(manifest.schema_name).code.absent_columns(schema_version)]
+    files = []
+    for entry in manifest.files:
+        path = dest / entry.path
+        pq.write_table(pq.read_table(path).drop_columns(absent), path)
+        data = path.read_bytes()
+        files.append(FileEntry(path=entry.path, rows=entry.rows, bytes=len(data),
+                               sha256=hashlib.sha256(data).hexdigest()))
+    (dest / "manifest.json").write_text(
+        dataclasses.replace(manifest, schema_version=schema_version, files=files).to_json())
+    return dest
 
 
 @pytest.fixture(scope="session")

@@ -34,6 +34,11 @@ import pyarrow.compute as pc
 
 from shards_schema.reader import ShardVersion, open_version
 
+UNLABELLED = -1
+"""What a padded step holds in the ``ACTION_KEYS`` arrays: no action (every other array pads with 0)."""
+ACTION_KEYS = ("action", "teacher_action")
+"""Decoded arrays of action ids, where 0 is an action and padding must not look like one."""
+
 VERSION_COLUMN = "version_number"
 """The index and window column of a ``VersionUnion``: the position of the row's version in the union (0: ``--shards``,
 then ``--extra-shards`` in order)."""
@@ -151,14 +156,15 @@ def gather_windows(arrays: dict[str, np.ndarray], starts: np.ndarray, counts: np
                    context: int) -> dict[str, np.ndarray]:
     """Windows (first row, length) of one decoded shard → right-padded (n, context, ...) arrays, in one gather.
 
-    Padded steps are zero (action -1) with ``valid = False``, exactly as ``load_window_reference`` builds them."""
+    Padded steps are zero (``ACTION_KEYS`` -1) with ``valid = False``, exactly as ``load_window_reference`` builds
+    them."""
     steps = np.arange(context)
     valid = steps[None, :] < counts[:, None]  # (n, T)
     rows = np.where(valid, starts[:, None] + steps[None, :], 0)  # (n, T): a padded step reads row 0, then is zeroed
     out = {}
     for key, array in arrays.items():
         taken = array[rows]  # (n, T, ...)
-        fill = -1 if key == "action" else 0
+        fill = UNLABELLED if key in ACTION_KEYS else 0
         out[key] = np.where(valid.reshape(valid.shape + (1,) * (taken.ndim - 2)), taken, np.array(fill, taken.dtype))
     out["valid"] = valid
     return out

@@ -2,7 +2,9 @@
 
 ``pipelines/showdown/generate_battles.js`` drives the simulator's ``BattleStream`` and writes one JSON record per
 battle: both players' own streams (their ``|request|`` JSON and log chunks, with the choice each request got) and the
-spectator log. Seeds derive from (seed, battle index), so the same config gives the same bytes.
+spectator log. Seeds derive from (seed, battle index), so the same config gives the same bytes. A slot with a teacher
+(``--p1-teacher``) also records, at each of its requests, what the teacher chose (``teacher_choice``): the rows'
+``teacher_action``.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ class GeneratedConfig:
             folder, its state.pt, a trainer's run folder for its newest checkpoint; a path or a URI) that plays its
             most likely legal action through the simulator's stream, as it plays on a server.
         p2: player 2, as p1.
+        p1_teacher: a scripted policy (random, heuristic or search) that labels player 1's decisions without playing:
+            it sees what player 1 sees, and what it would choose at each decision is the row's ``teacher_action``
+            (player 1 still plays its own choices: the battles are those without a teacher). Unset: no teacher,
+            ``teacher_action`` -1.
+        p2_teacher: the teacher of player 2, as p1_teacher.
         battles_per_chunk: battles per simulator process.
     """
 
@@ -45,11 +52,17 @@ class GeneratedConfig:
     seed: int = 0
     p1: str = "heuristic"
     p2: str = "random"
+    p1_teacher: str | None = None
+    p2_teacher: str | None = None
     battles_per_chunk: int = 25
 
     def __post_init__(self):
         if not self.p1 or not self.p2:
             raise ValueError(f"--p1/--p2 must name a policy ({', '.join(POLICIES)}) or a checkpoint")
+        for slot, teacher in (("p1", self.p1_teacher), ("p2", self.p2_teacher)):
+            if teacher is not None and teacher not in POLICIES:
+                raise ValueError(f"--{slot}-teacher {teacher!r} is not a scripted policy: name one of "
+                                 f"{', '.join(POLICIES)} (a checkpoint plays, it does not label)")
         if self.num_battles < 0 or self.battles_per_chunk < 1:
             raise ValueError("need --num-battles >= 0 and --battles-per-chunk >= 1")
 
@@ -69,6 +82,8 @@ class Chunk:
         seed: the job seed.
         p1: policy of player 1.
         p2: policy of player 2.
+        p1_teacher: scripted policy that labels player 1's decisions, or None.
+        p2_teacher: scripted policy that labels player 2's decisions, or None.
     """
 
     format: str
@@ -77,15 +92,18 @@ class Chunk:
     seed: int
     p1: str
     p2: str
+    p1_teacher: str | None = None
+    p2_teacher: str | None = None
 
 
-def chunks(formats: list[str], num_battles: int, seed: int, p1: str, p2: str, battles_per_chunk: int) -> list[dict]:
+def chunks(formats: list[str], num_battles: int, seed: int, p1: str, p2: str, battles_per_chunk: int, *,
+           p1_teacher: str | None = None, p2_teacher: str | None = None) -> list[dict]:
     """The generation plan, in the deterministic order inputs are written: by format, then battle index."""
     out = []
     for fmt in formats:
         for first in range(0, num_battles, battles_per_chunk):
             out.append(Chunk(format=fmt, first_index=first, num_battles=min(battles_per_chunk, num_battles - first),
-                             seed=seed, p1=p1, p2=p2).__dict__)
+                             seed=seed, p1=p1, p2=p2, p1_teacher=p1_teacher, p2_teacher=p2_teacher).__dict__)
     return out
 
 
@@ -109,6 +127,9 @@ def generate(chunk: dict, showdown: str | None = None, players: dict | None = No
     cmd = ["node", str(GENERATOR), "--format", chunk["format"], "--num-battles", str(chunk["num_battles"]),
            "--seed", str(chunk["seed"]), "--first-index", str(chunk["first_index"]),
            "--p1", node_policy(chunk["p1"]), "--p2", node_policy(chunk["p2"])]
+    for slot in ("p1", "p2"):
+        if chunk.get(f"{slot}_teacher") is not None:
+            cmd += [f"--{slot}-teacher", chunk[f"{slot}_teacher"]]
     if players:
         yield from _answer_asks(cmd, showdown, players, chunk["format"])
         return
@@ -210,7 +231,8 @@ class GeneratedSource(Source):
         self.checkpoints()
         items = [work_item(f"{c['format']}/{c['first_index']}+{c['num_battles']}", None,
                            estimate_bytes=c["num_battles"] * BATTLE_LOG_BYTES, inputs=c["num_battles"], **c)
-                 for c in chunks(list(self.formats), g.num_battles, g.seed, g.p1, g.p2, g.battles_per_chunk)]
+                 for c in chunks(list(self.formats), g.num_battles, g.seed, g.p1, g.p2, g.battles_per_chunk,
+                                 p1_teacher=g.p1_teacher, p2_teacher=g.p2_teacher)]
         return Plan(items, generator_revision())
 
     def read(self, item: dict) -> list[dict]:
@@ -225,6 +247,9 @@ class GeneratedSource(Source):
     def output_config(self) -> dict:
         g = self.options
         out = {"num_battles": g.num_battles, "seed": g.seed, "p1": g.p1, "p2": g.p2}
+        for slot, teacher in (("p1", g.p1_teacher), ("p2", g.p2_teacher)):
+            if teacher is not None:  # only then: a version without teachers keeps the name it had
+                out[f"{slot}_teacher"] = teacher
         for slot, (state, sha256) in self.checkpoints().items():  # the weights that played, whatever the path
             out[f"{slot}_checkpoint"] = {"state": state, "sha256": sha256}
         return out

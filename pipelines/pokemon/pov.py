@@ -7,6 +7,10 @@ and the request after it, so the tracker has seen exactly what the player saw wh
 answer is the action. A request the simulator rejected and re-sent (``[Unavailable choice]``) has no recorded
 choice and is replaced by the re-sent one. A terminal row follows the battle's end.
 
+A slot the generator gave a teacher (``--p1-teacher``) records, at each request, the teacher's choice beside the
+player's (``teacher_choice``): it becomes the row's ``teacher_action`` by the same mapping as the action, and must be
+legal under the row's mask like the action (``IllegalActionError`` otherwise); a row without one has -1.
+
 The mask is the request's choices, exactly (``unmasked_choices`` names any difference; the live player counts them):
 its enabled moves at their team move slots (and tera slots while it can terastallize), its switch targets. Two
 requests offer choices of another kind, and take actions of the 13 by this rule (the live player turns the action
@@ -119,10 +123,13 @@ def unmasked_choices(request: dict, mask: list[bool], move_ids: list[str]) -> li
 
 
 class Decision:
-    """The state, action and exact mask for one request."""
+    """The state, action and exact mask for one request; ``teacher_choice`` is what a teacher beside the player chose
+    there (None: no teacher labelled it)."""
 
-    def __init__(self, tracker: BattleTracker, side_id: str, request: dict, choice: str | None):
+    def __init__(self, tracker: BattleTracker, side_id: str, request: dict, choice: str | None,
+                 teacher_choice: str | None = None):
         self.tracker, self.side_id, self.request, self.choice = tracker, side_id, request, choice
+        self.teacher_choice = teacher_choice
 
     def render_state_and_mask(self) -> tuple[dict, list[bool]]:
         tracker, req = self.tracker, self.request
@@ -240,21 +247,35 @@ class Decision:
 
     def action(self) -> int:
         """The action id of the recorded choice (call after ``render_state_and_mask``)."""
+        return self.action_of(self.choice, self.side_id)
+
+    def teacher_action(self) -> int:
+        """The action id of the teacher's choice by the same mapping as ``action``, or -1 where no teacher labelled
+        this decision (call after ``render_state_and_mask``)."""
+        if self.teacher_choice is None:
+            return -1
+        if not isinstance(self.teacher_choice, str):
+            raise InvalidRecordError(f"{self.side_id}: teacher_choice {self.teacher_choice!r} is not a choice string")
+        return self.action_of(self.teacher_choice, f"{self.side_id}'s teacher")
+
+    def action_of(self, answer: str | None, who: str) -> int:
+        """The action id of a simulator choice string answered to this request (``who`` answered it, for errors):
+        raises ``IllegalActionError`` for a choice the request does not allow."""
         active_req, move_ids, switch_slots, forced = self._facts
-        choice = (self.choice or "").split()
+        choice = (answer or "").split()
         if not choice:
-            raise InvalidRecordError(f"{self.side_id}: no recorded choice for a decision request")
+            raise InvalidRecordError(f"{who}: no recorded choice for a decision request")
         if choice[0] == "switch":  # Revival Blessing's targets are its fainted party members (``switch_targets``)
             slot = int(choice[1]) - 1
             if slot not in switch_slots:
-                raise IllegalActionError(f"{self.side_id} chose {self.choice!r}, not an available switch")
+                raise IllegalActionError(f"{who} chose {answer!r}, not an available switch")
             k = switch_slots.index(slot)
             return NUM_MOVES + k if k < NUM_SWITCHES else -1
         if choice[0] == "move" and not forced and active_req:
             listed = active_req.get("moves", [])
             index = int(choice[1]) - 1
             if not 0 <= index < len(listed):
-                raise IllegalActionError(f"{self.side_id} chose {self.choice!r} with {len(listed)} moves listed")
+                raise IllegalActionError(f"{who} chose {answer!r} with {len(listed)} moves listed")
             key = _request_key(listed[index]["id"], move_ids)
             if self.sole is not None and key == self.sole:
                 return 0  # the request's own move (``sole_move``): action 0
@@ -262,7 +283,7 @@ class Decision:
                 return -1
             slot = move_ids.index(key)
             return (_TERA_OFFSET + slot) if "terastallize" in choice[2:] else slot
-        raise IllegalActionError(f"{self.side_id} answered {self.choice!r} to a request that did not allow it")
+        raise IllegalActionError(f"{who} answered {answer!r} to a request that did not allow it")
 
 
 def decisions(record: dict, side_id: str, dex: Dex) -> tuple[BattleTracker, list[tuple[dict, list[bool], Decision]],
@@ -288,7 +309,7 @@ def decisions(record: dict, side_id: str, dex: Dex) -> tuple[BattleTracker, list
             if unanswered:  # the previous request was rejected and this one re-sent in its place
                 steps.pop()
                 turns.pop()
-            decision = Decision(tracker, side_id, req, event.get("choice"))
+            decision = Decision(tracker, side_id, req, event.get("choice"), event.get("teacher_choice"))
             unanswered = event.get("choice") is None
             try:
                 steps.append(decision.render_state_and_mask() + (decision,))
@@ -311,6 +332,7 @@ def pov_trajectory(record: dict, side_id: str, dex: Dex) -> list[dict]:
     tracker, steps, turns = decisions(record, side_id, dex)
     try:
         powers = [decision.powers() for _, _, decision in steps]
+        teacher_actions = [decision.teacher_action() for _, _, decision in steps]
         steps = [(state, decision.action(), mask) for state, mask, decision in steps]
     except (ValueError, IndexError) as err:
         raise InvalidRecordError(f"{side_id}: malformed recorded choice: {err}") from err
@@ -334,6 +356,7 @@ def pov_trajectory(record: dict, side_id: str, dex: Dex) -> list[dict]:
         steps.append((final_state, -1, [False] * NUM_ACTIONS))
         turns.append(tracker.turn)
         powers.append((False, False))
+        teacher_actions.append(-1)
     winner = record.get("winner")
     result = "tie" if winner is None else ("win" if winner == side_id else "loss")
     players = record.get("players", {})
@@ -342,4 +365,5 @@ def pov_trajectory(record: dict, side_id: str, dex: Dex) -> list[dict]:
         player_name=players.get(side_id, {}).get("name"), opponent_name=players.get(foe_id, {}).get("name"),
         result=result, rating=None,
     )
-    return build_rows(meta, steps, mask_exact=True, battle_turns=turns, powers=powers)
+    return build_rows(meta, steps, mask_exact=True, battle_turns=turns, powers=powers,
+                      teacher_actions=teacher_actions)

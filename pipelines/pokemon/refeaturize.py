@@ -3,7 +3,9 @@
     python pipelines/pokemon/refeaturize.py --input OUT/pokemon_turns/<version> --out OUT
 
 No raw replay is read: the structured ``state`` column holds everything the spec needs. The result is a new shard
-version (same inputs, same trajectories, same quarantine) whose manifest carries the current observation version.
+version (same inputs, same trajectories, same quarantine) whose manifest carries the current observation version
+and this checkout's schema version: columns an older minor lacks (``teacher_action`` before 2.1.0) are written with
+the value their absence means (``shards_schema.versions.AddedColumn``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pipelines.writer import BYTES_PER_MIB, ShardWriter, VersionSpec
 from shards_schema.pokemon import CODE_VERSIONS as POKEMON_TURNS
 from shards_schema.pokemon import INDEX_SCHEMA, TURNS_SCHEMA
 from shards_schema.reader import open_version
+from shards_schema.versions import with_absent_columns
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,7 +74,8 @@ def run(cfg: RefeaturizeConfig, *, log=print):
     quarantine = source.quarantine().to_pylist()
     try:
         for file_entry in m.files:
-            table = refeaturize_table(source.read_table(file_entry.path))
+            stored = source.read_table(file_entry.path)
+            table = refeaturize_table(with_absent_columns(stored, TURNS_SCHEMA, POKEMON_TURNS, m.schema_version))
             rows_by_input: dict[str, list[tuple[int, int]]] = {}
             for entry in index:
                 if entry["file"] == file_entry.path:

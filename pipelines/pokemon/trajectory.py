@@ -69,19 +69,22 @@ def _mask(num_moves: int, num_switches: int, can_tera: bool) -> list[bool]:
 
 
 def build_rows(meta: TrajectoryMeta, steps: list[tuple[dict, int, list[bool]]], *, mask_exact: bool,
-               battle_turns: list[int | None], powers: list[tuple[bool, bool]] | None = None) -> list[dict]:
+               battle_turns: list[int | None], powers: list[tuple[bool, bool]] | None = None,
+               teacher_actions: list[int] | None = None) -> list[dict]:
     """Rows for one trajectory, with the fields of ``ROW_SCHEMA`` (``turns_table`` adds the observations). The
     last step is terminal (done) and carries the result's reward. ``powers``: (``zmove``, ``dynamax``) of each
-    step's chosen move (None: neither, as in generations without them).
+    step's chosen move (None: neither, as in generations without them). ``teacher_actions``: the action id a
+    teacher chose at each step, in the layout of the action (None: no teacher, -1 on every row).
 
-    Raises IllegalActionError when a visible action is not legal under its mask, NoActivePokemonError when the
-    player has no active Pokémon at a decision (every step but the terminal one).
+    Raises IllegalActionError when a visible action or a teacher's action is not legal under its mask,
+    NoActivePokemonError when the player has no active Pokémon at a decision (every step but the terminal one).
     """
     rows = []
     last = len(steps) - 1
     powers = powers or [_NO_POWER] * len(steps)
-    for i, ((state, action, mask), battle_turn, (zmove, dynamax)) in enumerate(
-            zip(steps, battle_turns, powers, strict=True)):
+    teacher_actions = teacher_actions or [-1] * len(steps)
+    for i, ((state, action, mask), battle_turn, (zmove, dynamax), teacher_action) in enumerate(
+            zip(steps, battle_turns, powers, teacher_actions, strict=True)):
         if state["player_active"] is None and i != last:
             raise NoActivePokemonError(
                 f"{meta.trajectory_id} decision {i} (battle turn {battle_turn}): the player has no active Pokémon "
@@ -92,10 +95,16 @@ def build_rows(meta: TrajectoryMeta, steps: list[tuple[dict, int, list[bool]]], 
                 f"{meta.trajectory_id} decision {i}: action {action} is not legal there (legal: "
                 f"{[a for a, ok in enumerate(mask) if ok]})"
             )
+        if teacher_action >= 0 and (teacher_action >= NUM_ACTIONS or not mask[teacher_action]):
+            raise IllegalActionError(
+                f"{meta.trajectory_id} decision {i}: the teacher's action {teacher_action} is not legal there (legal: "
+                f"{[a for a, ok in enumerate(mask) if ok]})"
+            )
         rows.append({
             "trajectory_id": meta.trajectory_id, "battle_id": meta.battle_id, "format": meta.format,
             "player_side": meta.player_side, "player_name": meta.player_name, "opponent_name": meta.opponent_name,
-            "turn_index": i, "battle_turn": battle_turn, "state": state, "action": action, "zmove": zmove,
+            "turn_index": i, "battle_turn": battle_turn, "state": state, "action": action,
+            "teacher_action": teacher_action, "zmove": zmove,
             "dynamax": dynamax, "legal_mask": mask,
             "legal_mask_exact": mask_exact, "reward": _RESULT_REWARD[meta.result] if i == last else 0.0,
             "done": i == last, "result": meta.result, "rating": meta.rating,

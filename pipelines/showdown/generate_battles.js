@@ -4,7 +4,8 @@
  * Self-play battle generator for Pokémon Showdown's simulator.
  *
  *   node pipelines/showdown/generate_battles.js --format gen9randombattle \
- *       --num-battles 20 --seed 7 --p1 heuristic --p2 random [--first-index 0] [--max-turns 1000]
+ *       --num-battles 20 --seed 7 --p1 heuristic --p2 random [--first-index 0] [--max-turns 1000] \
+ *       [--p1-teacher search] [--p2-teacher search]
  *   node pipelines/showdown/generate_battles.js --format gen1ou --export-teams 50 --seed 7
  *
  * Writes one JSON object per battle to stdout (JSON Lines, ordered by battle
@@ -16,7 +17,13 @@
  * (purpose `export-team`, so they differ from the battles' teams of the same
  * seed). A random format brings its own teams: nothing is written.
  *
- * Determinism: every seed (battle PRNG, teams, player PRNGs) is derived from
+ * --p1-teacher / --p2-teacher P: a second player of the scripted policy P labels that slot's decisions without
+ * playing. It observes exactly the lines the slot's own player observes and, at each request the slot answers,
+ * chooses what it would: the request event records it as `teacher_choice` beside `choice` (what the slot's own
+ * player chose and the simulator executed), and the slot's entry in `players` names it (`teacher`). The battle is
+ * the one it would be without the teacher; a slot without one writes exactly what it wrote before teachers existed.
+ *
+ * Determinism: every seed (battle PRNG, teams, player and teacher PRNGs) is derived from
  * (--seed, battle index, purpose) with SHA-256, and `|t:|` timestamp lines are
  * dropped, so the same arguments give byte-identical output. Battles are
  * independent, so `--first-index` can shard a run across processes.
@@ -97,12 +104,12 @@ const MAX_TEAM_ATTEMPTS = 200;
 function parseArgs(argv) {
 	const opts = {
 		format: 'gen9randombattle', numBattles: 1, seed: 0, firstIndex: 0,
-		p1: 'heuristic', p2: 'random', maxTurns: 1000, exportTeams: 0,
+		p1: 'heuristic', p2: 'random', maxTurns: 1000, exportTeams: 0, p1Teacher: null, p2Teacher: null,
 	};
 	const names = {
 		'--format': 'format', '--num-battles': 'numBattles', '--seed': 'seed',
 		'--first-index': 'firstIndex', '--p1': 'p1', '--p2': 'p2', '--max-turns': 'maxTurns',
-		'--export-teams': 'exportTeams',
+		'--export-teams': 'exportTeams', '--p1-teacher': 'p1Teacher', '--p2-teacher': 'p2Teacher',
 	};
 	for (let i = 0; i < argv.length; i++) {
 		let arg = argv[i];
@@ -110,7 +117,8 @@ function parseArgs(argv) {
 		if (arg.includes('=')) [arg, value] = [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)];
 		if (arg === '-h' || arg === '--help') {
 			process.stderr.write('usage: generate_battles.js --format F --num-battles N --seed S ' +
-				`--p1 ${Object.keys(POLICIES).join('|')} --p2 ... [--first-index I] [--max-turns T]\n` +
+				`--p1 ${Object.keys(POLICIES).join('|')} --p2 ... [--first-index I] [--max-turns T] ` +
+				`[--p1-teacher ${Object.keys(SCRIPTED).join('|')}] [--p2-teacher ...]\n` +
 				'       generate_battles.js --format F --export-teams N --seed S [--first-index I]\n');
 			process.exit(0);
 		}
@@ -127,6 +135,11 @@ function parseArgs(argv) {
 	}
 	for (const p of ['p1', 'p2']) {
 		if (!POLICIES[opts[p]]) throw new Error(`unknown policy ${opts[p]} (have: ${Object.keys(POLICIES).join(', ')})`);
+		// A teacher chooses at once, beside the slot's own player: a scripted policy, never a remote one.
+		const teacher = opts[`${p}Teacher`];
+		if (teacher !== null && !SCRIPTED[teacher]) {
+			throw new Error(`unknown --${p}-teacher ${teacher} (a scripted policy: ${Object.keys(SCRIPTED).join(', ')})`);
+		}
 	}
 	const format = Dex.formats.get(opts.format);
 	if (!format.exists || format.effectType !== 'Format') throw new Error(`unknown format ${opts.format}`);
@@ -171,6 +184,13 @@ function buildTeam(format, seed, index, slot) {
 // One battle
 // ---------------------------------------------------------------------------
 
+/** A slot's entry in the record's `players`: its name and policy, and its teacher where it has one. */
+function playerEntry(opts, slot) {
+	const entry = { name: policyLabel(opts[slot], slot), policy: opts[slot] };
+	if (opts[`${slot}Teacher`] !== null) entry.teacher = opts[`${slot}Teacher`];
+	return entry;
+}
+
 function policyLabel(policy, slot) {
 	return `${policy.charAt(0).toUpperCase()}${policy.slice(1)} Bot ${slot.slice(1)}`;
 }
@@ -189,10 +209,7 @@ function emptyRecord(opts, index) {
 		format: opts.format,
 		seed: deriveSeed(opts.seed, index, 'battle'),
 		index,
-		players: {
-			p1: { name: policyLabel(opts.p1, 'p1'), policy: opts.p1 },
-			p2: { name: policyLabel(opts.p2, 'p2'), policy: opts.p2 },
-		},
+		players: { p1: playerEntry(opts, 'p1'), p2: playerEntry(opts, 'p2') },
 		winner: null,
 		num_turns: 0,
 		error: null,
@@ -231,12 +248,14 @@ async function runBattle(opts, index) {
 		};
 	});
 
+	const makePlayer = (Policy, slot, purpose) => new Policy({
+		prng: new PRNG(deriveSeed(opts.seed, index, `${slot}-${purpose}`).join(',')),
+		format: opts.format, side: slot, battleId: record.battle_id,
+	});
 	const drivers = ['p1', 'p2'].map(slot => drivePlayer({
 		slot, stream: streams[slot], events: record.streams[slot], fail,
-		player: new POLICIES[opts[slot]]({
-			prng: new PRNG(deriveSeed(opts.seed, index, `${slot}-policy`).join(',')),
-			format: opts.format, side: slot, battleId: record.battle_id,
-		}),
+		player: makePlayer(POLICIES[opts[slot]], slot, 'policy'),
+		teacher: opts[`${slot}Teacher`] === null ? null : makePlayer(SCRIPTED[opts[`${slot}Teacher`]], slot, 'teacher'),
 	}));
 
 	const spectator = (async () => {
@@ -294,8 +313,13 @@ async function runBattle(opts, index) {
  * Records each chunk as an event, in the order received. A chunk from the
  * simulator is either a log update (one chunk = one event) or a single
  * sideupdate line (`|request|...`, `|error|...`).
+ *
+ * A `teacher` (or null) sees the same updates as the player and chooses at each
+ * request the player answers, before the player does; its choice is recorded
+ * (`teacher_choice`, null at a wait request) and never sent. A teacher that
+ * throws ends the battle as an error: a made-up label would be worse than none.
  */
-async function drivePlayer({ slot, stream, events, player, fail }) {
+async function drivePlayer({ slot, stream, events, player, teacher, fail }) {
 	// The request we last answered: {event, legal, tried}. Its `choice` is
 	// rewritten if the simulator rejects the answer, so that the record only
 	// holds the choice the simulator actually executed.
@@ -308,10 +332,20 @@ async function drivePlayer({ slot, stream, events, player, fail }) {
 
 	const onRequest = request => {
 		const event = { kind: 'request', request, choice: null };
+		if (teacher) event.teacher_choice = null;
 		events.push(event);
 		pending = null;
 		const legal = legalChoices(request);
 		if (!legal.length) return; // wait request
+		if (teacher) {
+			try {
+				// its own copies: nothing the teacher does to them can reach the player's choice or the record
+				event.teacher_choice = teacher.choose(structuredClone(request), legalChoices(request));
+			} catch (err) {
+				process.stderr.write(`[${slot}] teacher crashed: ${err.stack}\n`);
+				fail(`${slot}: teacher crashed: ${err.message}`);
+			}
+		}
 		let choice;
 		try {
 			choice = player.choose(request, legal);
@@ -367,6 +401,7 @@ async function drivePlayer({ slot, stream, events, player, fail }) {
 			events.push({ kind: 'update', lines });
 			pending = null; // the battle moved on: our last answer was accepted
 			player.observe(lines);
+			if (teacher) teacher.observe(lines);
 		}
 	}
 }

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import needs_simulator
+from conftest import TEACHER_BATTLES, needs_simulator
 
 from pipelines.errors import InputError, InvalidRecordError, TruncatedBattleError
+from pipelines.parse_replays import ParseInputs
 from pipelines.pokemon import generated
 from pipelines.pokemon.dex import load_dex
+from pipelines.stages import SourceInputs
+from shards_schema.reader import open_version
 
 pytestmark = needs_simulator
 DEXES = {g: load_dex(g) for g in range(1, 10)}
@@ -77,3 +80,89 @@ def test_truncated_and_broken_records_raise_typed_errors(battles):
         generated.parse(battle_id, payload[: len(payload) // 3], DEXES, None)
     rows, reason = generated.parse(battle_id, payload, DEXES, frozenset({"gen9ou"}))
     assert rows == [] and reason == "format_not_requested"
+
+
+def _without_teacher(record: dict) -> dict:
+    """A record with what a teacher adds taken out: its name in ``players`` and each request's ``teacher_choice``."""
+    record = json.loads(json.dumps(record))
+    for slot in ("p1", "p2"):
+        record["players"][slot].pop("teacher", None)
+        for event in record["streams"][slot]:
+            event.pop("teacher_choice", None)
+    return record
+
+
+@pytest.fixture(scope="module")
+def taught(battles):
+    """The first two gen1ou battles of ``battles`` again, p2 (random) labelled by the search player."""
+    chunk = generated.chunks(["gen1ou"], 2, 11, "heuristic", "random", 2, p2_teacher="search")[0]
+    return list(generated.generate(chunk))
+
+
+def test_a_teacher_labels_every_request_and_changes_nothing_else(battles, taught):
+    """The slot's own player still decides: the battle with a teacher is the one without, and the slots without a
+    teacher write what they wrote before teachers existed (not a byte of ``teacher`` in them)."""
+    assert len(taught) == 2
+    for (battle_id, line), (plain_id, plain) in zip(taught, battles["gen1ou"][:2], strict=True):
+        assert battle_id == plain_id and b"teacher" not in plain
+        record = json.loads(line)
+        assert record["players"]["p2"]["teacher"] == "search" and "teacher" not in record["players"]["p1"]
+        assert _without_teacher(record) == json.loads(plain)
+        requests = [e for e in record["streams"]["p2"] if e["kind"] == "request"]
+        assert all(isinstance(e["teacher_choice"], str) for e in requests if not e["request"].get("wait"))
+        assert not any("teacher_choice" in e for e in record["streams"]["p1"])
+
+
+def _parse_one(record: dict) -> tuple:
+    """(the input's record, its rows) as the parse job's actor parses one generated battle."""
+    source = generated.GeneratedSource(SourceInputs(formats=("gen1ou",)),
+                                       generated.GeneratedConfig(p2_teacher="search"))
+    batch = ParseInputs(source).parse_rows([(record["battle_id"], json.dumps(record).encode(), None, None, None,
+                                             None)])
+    return batch.records[0], batch.rows
+
+
+@pytest.mark.parametrize("bad,reason", [
+    ("move 1 terastallize", "illegal_action"),  # gen 1: no tera, the mask holds no tera move
+    ("switch 1", "illegal_action"),  # the active Pokémon is team slot 1: not a switch target
+    ("move 9", "illegal_action"),
+    (7, "invalid_record"),
+])
+def test_a_bad_teacher_choice_quarantines_the_battle(taught, bad, reason):
+    record = json.loads(taught[0][1])
+    parsed, table = _parse_one(record)
+    assert parsed.status == "written" and table.num_rows == parsed.num_rows
+    teacher = [r for r, side in zip(table.column("teacher_action").to_pylist(),
+                                    table.column("player_side").to_pylist(), strict=True) if side == "p2"]
+    assert max(teacher) >= 0 and min(table.column("teacher_action").to_pylist()) == -1
+    move_request = next(e for e in record["streams"]["p2"] if e["kind"] == "request" and e["request"].get("active")
+                        and not e["request"].get("forceSwitch"))
+    move_request["teacher_choice"] = bad
+    parsed, table = _parse_one(record)
+    assert (parsed.status, parsed.reason, table.num_rows) == ("quarantined", reason, 0), parsed.message
+    assert "teacher" in parsed.message
+
+
+def test_the_parse_job_writes_the_teachers_labels(teacher_generated):
+    """``--p1-teacher search`` through the job: each p1 decision carries the search player's label, legal under the
+    row's mask; a random p1 disagrees with it often; p2 (no teacher) and the closing rows carry -1."""
+    cfg, published = teacher_generated
+    version = open_version(published.path)
+    assert version.manifest.config["p1_teacher"] == "search" and "p2_teacher" not in version.manifest.config
+    assert version.manifest.counts.written == TEACHER_BATTLES and "teacher_action" in version.row_columns
+    rows = version.table(["player_side", "action", "teacher_action", "legal_mask", "done"]).to_pylist()
+    p1 = [r for r in rows if r["player_side"] == "p1" and not r["done"]]
+    assert all(r["teacher_action"] == -1 for r in rows if r["player_side"] == "p2" or r["done"])
+    labelled = [r for r in p1 if r["teacher_action"] >= 0]
+    assert all(r["legal_mask"][r["teacher_action"]] for r in labelled)
+    assert len(labelled) >= 0.9 * len(p1) > 20  # every decision but those with no choice in the 13 (Recharge)
+    disagree = sum(r["teacher_action"] != r["action"] for r in labelled)
+    assert 0.2 * len(labelled) < disagree < len(labelled)
+
+
+def test_without_a_teacher_every_row_is_unlabelled(tiny_generated):
+    _, published, _ = tiny_generated
+    version = open_version(published.path)
+    assert "p1_teacher" not in version.manifest.config
+    teacher = version.table(["teacher_action"]).column("teacher_action").to_pylist()
+    assert teacher and set(teacher) == {-1}

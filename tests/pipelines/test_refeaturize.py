@@ -6,6 +6,7 @@ import dataclasses
 import shutil
 
 import pytest
+from conftest import older_minor_copy
 
 from pipelines.pokemon.refeaturize import RefeaturizeConfig, run
 from shards_schema.manifest import Manifest
@@ -33,3 +34,15 @@ def test_old_observation_version_is_refeaturized(tiny_generated, tmp_path):
     for column in ("trajectory_id", "state", "action", "obs_tokens", "obs_numeric", "obs_text"):
         assert after.column(column).equals(before.column(column)), column
     assert reopened.index().num_rows == open_version(published.path).index().num_rows
+
+
+def test_a_version_made_before_teacher_action_is_refeaturized_with_it(tiny_generated, tmp_path):
+    """A 2.0.0 version (no ``teacher_action``) re-featurizes into this schema version, every row unlabelled (-1)."""
+    _, published, _ = tiny_generated
+    old = older_minor_copy(published.path, tmp_path / "old" / "pokemon_turns" / published.path.name, "2.0.0")
+    new = open_version(run(RefeaturizeConfig.tiny(input=str(old), out=str(tmp_path / "new")),
+                           log=lambda *_: None).path)
+    assert new.manifest.schema_version == POKEMON_TURNS.schema
+    after = new.table()
+    assert set(after.column("teacher_action").to_pylist()) == {-1}
+    assert after.drop_columns(["teacher_action"]).equals(open_version(old).table())

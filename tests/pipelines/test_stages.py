@@ -111,7 +111,7 @@ def test_a_name_is_registered_once():
 FLAGS = ["--allow-cpu", "--battles-per-chunk", "--cpus-per-actor", "--dataset", "--date-from", "--date-to",
          "--download", "--formats", "--hub-patterns", "--hub-repo", "--input", "--min-frames", "--min-rating",
          "--max-unreadable", "--num-battles", "--num-cpus", "--num-parse-actors", "--out", "--p1", "--p2",
-         "--progress-every-s", "--reuse-from",
+         "--p1-teacher", "--p2-teacher", "--progress-every-s", "--reuse-from",
          "--revision", "--seed", "--shard-size-mb", "--source", "--inputs-per-batch", "--tiny"]
 
 

@@ -7,6 +7,7 @@ import json
 
 import pyarrow as pa
 import pytest
+from conftest import older_minor_copy
 
 from shards_schema.manifest import Manifest, major
 from shards_schema.pokemon import CODE_VERSIONS as POKEMON_TURNS
@@ -72,6 +73,47 @@ def test_minor_version_difference_is_accepted(version_copy):
     _rewrite_manifest(version_copy, schema_version=f"{major(POKEMON_TURNS.schema)}.7.0",
                       observation_version=f"{major(POKEMON_TURNS.observation)}.2.3")
     open_version(version_copy)
+
+
+def test_a_version_made_before_teacher_action_opens_without_it(version_copy, tmp_path):
+    """Schema 2.1.0 added ``teacher_action``: a 2.0.0 version lacks it and opens with its other columns intact."""
+    assert [(c.name, c.since) for c in POKEMON_TURNS.added_columns] == [("teacher_action", "2.1.0")]
+    old = open_version(older_minor_copy(version_copy, tmp_path / "old", "2.0.0"))
+    assert old.manifest.schema_version == "2.0.0"
+    assert list(old.row_columns) == [n for n in TURNS_SCHEMA.names if n != "teacher_action"]
+    assert old.table().equals(open_version(version_copy).table().drop_columns(["teacher_action"]))
+    assert open_version(version_copy).row_columns == tuple(TURNS_SCHEMA.names)
+
+
+def test_the_added_column_is_checked_both_ways(version_copy, tmp_path):
+    """A 2.0.0 manifest over shards that have ``teacher_action``, and a 2.1.0 one over shards that lack it, are not
+    what either code wrote: both are refused."""
+    _rewrite_manifest(version_copy, schema_version="2.0.0")
+    with pytest.raises(ShardIntegrityError, match="schema of version 2.0.0"):
+        open_version(version_copy)
+    _rewrite_manifest(version_copy, schema_version=POKEMON_TURNS.schema)
+    lacking = older_minor_copy(version_copy, tmp_path / "lacking", "2.0.0")
+    _rewrite_manifest(lacking, schema_version=POKEMON_TURNS.schema)
+    with pytest.raises(ShardIntegrityError, match=f"schema of version {POKEMON_TURNS.schema}"):
+        open_version(lacking)
+
+
+def test_absent_columns_by_version():
+    from shards_schema.versions import AddedColumn, CodeVersions, rows_schema_of, with_absent_columns
+
+    code = CodeVersions(schema="1.3.0", parser="1.0.0", observation="0.0.0", reparse_command="x",
+                        refeaturize_command=None,
+                        added_columns=(AddedColumn(name="b", since="1.2.0", absent=-1),
+                                       AddedColumn(name="c", since="1.10.0", absent="none")))
+    declared = pa.schema([("a", pa.int8()), ("b", pa.int8()), ("c", pa.string())])
+    assert [c.name for c in code.absent_columns("1.1.9")] == ["b", "c"]
+    assert [c.name for c in code.absent_columns("1.2.0")] == ["c"]  # 1.10 is after 1.2: numbers, not text
+    assert code.absent_columns("1.10.0") == () == code.absent_columns("1.11.0")
+    assert rows_schema_of(declared, code, "1.2.5").names == ["a", "b"]
+    old = pa.table({"a": pa.array([1, 2], pa.int8())})
+    filled = with_absent_columns(old, declared, code, "1.0.0")
+    assert filled.schema.equals(declared) and filled.to_pylist() == [{"a": 1, "b": -1, "c": "none"},
+                                                                      {"a": 2, "b": -1, "c": "none"}]
 
 
 def test_tampered_file_is_refused(version_copy):

@@ -6,10 +6,19 @@ import csv
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
+from conftest import older_minor_copy
 
+from models.pokemon_policy import PokemonPolicy, PolicyConfig
+from pipelines.pokemon.observation import vocabulary
+from shards_schema.pokemon import NUM_MOVES, NUM_SWITCHES
+from shards_schema.reader import open_version
 from training.checkpoints import read_checkpoint
-from training.pokemon.offline_rl import TrainConfig, run
+from training.pokemon.offline_rl import OBJECTIVES, PolicyRecipe, TrainConfig, compute_losses, label_actions, run
+from training.pokemon.windows import COLUMNS, LoadTurnWindows, load_window_reference, window_specs
+from training.windows import VERSION_COLUMN, open_shards
 
 
 def _losses(out):
@@ -252,3 +261,125 @@ def test_window_loader_memory_is_bounded(tiny_generated):
         assert loader._shard(file)["x"][0] == ord(file)
     assert Counting.decoded == ["a", "b", "c", "b"]  # c evicts b (least recently used), so b is decoded again
     assert loader._cached_bytes <= 1700
+
+
+def _all_windows(version_path: str, context: int) -> dict:
+    """Every window of a version (seed 3), as spec columns a loader takes."""
+    specs = window_specs(open_version(version_path), context, seed=3)
+    batch = {k: specs.column(k).to_numpy(zero_copy_only=False) for k in ("file", "row_start", "num_rows")}
+    batch["window"] = np.arange(specs.num_rows)
+    return batch
+
+
+def test_teacher_labels_gather_like_the_reference(teacher_generated):
+    """The fast path decodes a labelled version's teacher_action as the reference does: tera moves folded onto their
+    moves, padding and unlabelled turns -1."""
+    _, published = teacher_generated
+    version, context = open_version(published.path), 8
+    batch = _all_windows(str(published.path), context)
+    fast = LoadTurnWindows(str(published.path), context)(batch)
+    tables = {f: version.read_table(f, COLUMNS) for f in set(batch["file"])}
+    for i in range(len(batch["window"])):
+        ref = load_window_reference(tables[batch["file"][i]], batch["row_start"][i], batch["num_rows"][i], context)
+        for key, value in ref.items():
+            assert fast[key][i].dtype == value.dtype and np.array_equal(fast[key][i], value), (key, i)
+    labelled = fast["teacher_action"][fast["teacher_action"] >= 0]
+    assert labelled.size > 20 and labelled.max() < NUM_MOVES + NUM_SWITCHES
+    assert set(fast["teacher_action"][~fast["valid"]]) <= {-1}
+
+
+def test_a_version_made_before_teacher_action_loads_unlabelled(tiny_generated, tmp_path):
+    """A 2.0.0 version has no teacher_action column: the loader reads it as -1 on every turn, the rest as the same
+    rows with the column."""
+    _, published, _ = tiny_generated
+    old = older_minor_copy(published.path, tmp_path / published.path.name, "2.0.0")
+    batch = _all_windows(str(published.path), 8)
+    new, before = LoadTurnWindows(str(published.path), 8)(batch), LoadTurnWindows(str(old), 8)(batch)
+    assert set(before) == set(new) and np.all(before["teacher_action"] == -1)
+    for key in set(new) - {"teacher_action"}:
+        assert np.array_equal(before[key], new[key]), key
+
+
+def test_an_unlabelled_2_0_0_version_trains_beside_a_labelled_one(tiny_generated, teacher_generated, tmp_path):
+    """``--shards`` a version made before teacher_action, ``--extra-shards`` a labelled one: each window reads its
+    own version's labels, -1 throughout the old one."""
+    _, unlabelled, _ = tiny_generated
+    _, labelled = teacher_generated
+    paths = [str(older_minor_copy(unlabelled.path, tmp_path / unlabelled.path.name, "2.0.0")), str(labelled.path)]
+    specs = window_specs(open_shards(paths), 8, seed=0)
+    batch = {k: specs.column(k).to_numpy(zero_copy_only=False) for k in specs.column_names}
+    batch["window"] = np.arange(specs.num_rows)
+    loaded = LoadTurnWindows(paths, 8)(batch)
+    old = batch[VERSION_COLUMN] == 0
+    assert old.any() and np.all(loaded["teacher_action"][old] == -1)
+    assert (loaded["teacher_action"][~old] >= 0).sum() > 20
+
+
+def _hand_batch():
+    """Two windows of four turns: the actions taken, a teacher's labels on some turns, every action legal."""
+    torch.manual_seed(0)
+    b, t = 2, 4
+    action = torch.tensor([[2, 5, -1, 3], [0, 1, 7, -1]])
+    teacher = torch.tensor([[-1, 1, 4, 3], [-1, -1, 6, -1]])
+    return {"tokens": torch.randint(2, 50, (b, t, 87), dtype=torch.int32), "numeric": torch.rand(b, t, 50),
+            "legal": torch.ones(b, t, NUM_MOVES + NUM_SWITCHES, dtype=torch.bool),
+            "valid": torch.ones(b, t, dtype=torch.bool), "action": action, "teacher_action": teacher,
+            "reward": torch.tensor([[0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, -1.0]]),
+            "done": torch.tensor([[False, False, False, True], [False, False, False, True]])}
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_the_teacher_label_is_imitated_where_present_and_the_action_where_not(objective):
+    """``--label teacher``: the actor's loss, accuracy and turns are those of the action taken replaced by the
+    teacher's label where there is one; the critic's are those of the action taken. ``--label action`` reads no
+    teacher_action."""
+    batch = _hand_batch()
+    merged = torch.tensor([[2, 1, 4, 3], [0, 1, 6, -1]])
+    assert torch.equal(label_actions(batch, "teacher"), merged)
+    numpy_batch = {k: v.numpy() for k, v in batch.items()}  # what PolicyRecipe.samples counts: the loader's arrays
+    assert np.array_equal(label_actions(numpy_batch, "teacher"), merged.numpy())
+    assert label_actions(batch, "action") is batch["action"]
+    model = PokemonPolicy(PolicyConfig.preset("tiny", len(vocabulary()))).eval()
+    gammas = torch.tensor(model.cfg.gammas)
+    on_action = TrainConfig.tiny(shards="-", out="-", objective=objective)
+    on_teacher = TrainConfig.tiny(shards="-", out="-", objective=objective, label="teacher")
+    with torch.no_grad():
+        _, actor, critic, accuracy, turns = compute_losses(model, batch, on_teacher, gammas)
+        _, actor_merged, _, accuracy_merged, turns_merged = compute_losses(model, {**batch, "action": merged},
+                                                                           on_action, gammas)
+        total_plain, actor_plain, critic_plain, accuracy_plain, turns_plain = compute_losses(model, batch, on_action,
+                                                                                             gammas)
+        untaught = {k: v for k, v in batch.items() if k != "teacher_action"}
+        assert [x.item() for x in compute_losses(model, untaught, on_action, gammas)] == [
+            x.item() for x in (total_plain, actor_plain, critic_plain, accuracy_plain, turns_plain)]
+    assert torch.equal(actor, actor_merged) and torch.equal(accuracy, accuracy_merged)
+    assert turns.item() == turns_merged.item() == 7 and turns_plain.item() == 6  # the teacher labelled a -1 turn
+    assert torch.equal(critic, critic_plain)
+    assert not torch.equal(actor, actor_plain)
+
+
+def test_label_is_checked():
+    with pytest.raises(ValueError, match="--label must be one of"):
+        TrainConfig.tiny(shards="-", out="-", label="expert")
+
+
+def test_label_teacher_needs_labelled_shards(tiny_generated, teacher_generated):
+    _, unlabelled, _ = tiny_generated
+    cfg = TrainConfig.tiny(shards=str(unlabelled.path), out="-", label="teacher")
+    with pytest.raises(ValueError, match="no row of .* has a teacher_action.*--p1-teacher"):
+        PolicyRecipe.make_plan(cfg, open_version(unlabelled.path))
+    _, labelled = teacher_generated
+    assert PolicyRecipe.make_plan(TrainConfig.tiny(shards=str(labelled.path), out="-", label="teacher"),
+                                  open_version(labelled.path))["vocab_size"] > 0
+
+
+def test_a_run_imitates_the_teacher(teacher_generated, tmp_path):
+    """A tiny run with ``--label teacher`` on labelled shards trains every step, as a user runs it."""
+    _, published = teacher_generated
+    cfg = TrainConfig.tiny(shards=str(published.path), out=str(tmp_path / "dagger"), label="teacher", steps=4,
+                           checkpoint_every=4, sides=["p1"])
+    result = run(cfg)
+    assert result.error is None
+    losses = _losses(tmp_path / "dagger")
+    assert max(losses) == 4 and all(v == v for v in losses.values())
+    assert read_checkpoint(result.checkpoint.path).train_config["label"] == "teacher"

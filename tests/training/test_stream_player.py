@@ -80,6 +80,28 @@ def test_a_checkpoint_plays_through_the_generator_and_its_choices_are_recorded(t
         assert again == lines  # a battle is a function of its seed and the weights
 
 
+def test_a_teacher_labels_a_checkpoints_decisions_without_changing_its_battle(tmp_path):
+    """DAgger's data: a checkpoint plays p1 through the stream, the search player beside it labels each of its
+    decisions; the battle is the one the checkpoint plays without a teacher, and its rows carry both."""
+    state = tiny_policy_checkpoint(tmp_path / "state.pt")
+    pin = pinned_checkpoint(state)
+    plain = chunks(["gen1ou"], 1, 3, state, "heuristic", 1)[0]
+    taught = chunks(["gen1ou"], 1, 3, state, "heuristic", 1, p1_teacher="search")[0]
+    [(_, without)] = generate(plain, players={"p1": stream_player(*pin)})
+    [(_, with_teacher)] = generate(taught, players={"p1": stream_player(*pin)})
+    record = json.loads(with_teacher)
+    assert record["error"] is None and record["players"]["p1"] == {**json.loads(without)["players"]["p1"],
+                                                                    "teacher": "search"}
+    requests = [e for e in record["streams"]["p1"] if e["kind"] == "request"]
+    labels = [(e.pop("teacher_choice"), bool(e["request"].get("wait"))) for e in requests]
+    del record["players"]["p1"]["teacher"]
+    assert record == json.loads(without)
+    assert all(isinstance(label, str) != wait for label, wait in labels)  # a wait request asks for no choice
+    rows = [r for r in pov_trajectory(json.loads(with_teacher), "p1", load_dex(1)) if not r["done"]]
+    assert all(r["legal_mask"][r["teacher_action"]] for r in rows if r["teacher_action"] >= 0)
+    assert sum(r["teacher_action"] >= 0 for r in rows) > len(rows) / 2
+
+
 def test_action_choice_inverts_the_recorded_action():
     """Every recorded move or switch of generated battles (heuristic vs random, gens 1, 4, 9) maps back through
     ``action_choice`` to the choice the simulator executed: what a live policy's action sends is what the same

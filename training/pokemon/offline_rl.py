@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from models.pokemon_policy import ACTION_HEADS, PolicyConfig
@@ -25,12 +26,13 @@ from pipelines.pokemon.observation import vocabulary
 from training import losses
 from training.fit import Recipe, TrainerConfig, fit
 from training.fit import main as fit_main
-from training.pokemon.windows import LoadTurnWindows, window_specs
+from training.pokemon.windows import LoadTurnWindows, teacher_labelled_turns, window_specs
 from training.windows import first_windows, open_shards
 
 OBJECTIVES = ("bc", "filtered_bc", "exp_adv")
 CRITIC_TARGETS = ("td", "mc", "lambda")
 ADVANTAGE_BASELINES = ("mean", "max")
+LABELS = ("action", "teacher")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +64,11 @@ class TrainConfig(TrainerConfig):
             the size axis of a scaling sweep.
         action_head: ``linear`` (each action a linear read of the turn vector) or ``slots`` (each action also
             scored from its own move's or switch target's words and numbers: ``models.pokemon_policy.ActionSlots``).
+        label: what the actor imitates: ``action``, the action the player took; ``teacher``, the row's
+            ``teacher_action`` where a teacher labelled the decision (a generated battle's ``--p1-teacher``) and the
+            action taken where none did, so a teacher's own battles and a learner's labelled ones train together
+            (DAgger). The actor loss, its accuracy and the turns it scores follow the label; the critics learn Q of
+            the action taken either way (the returns follow it).
     """
 
     preset: str = "small"
@@ -79,6 +86,7 @@ class TrainConfig(TrainerConfig):
     train_share: float = 1.0
     d_model: int = 0
     action_head: str = "linear"
+    label: str = "action"
 
     def __post_init__(self):
         super().__post_init__()
@@ -100,6 +108,9 @@ class TrainConfig(TrainerConfig):
             raise ValueError("--d-model must be >= 0 (0: the preset's width)")
         if self.action_head not in ACTION_HEADS:
             raise ValueError(f"--action-head must be one of {ACTION_HEADS}")
+        if self.label not in LABELS:
+            raise ValueError(f"--label must be one of {LABELS} (got {self.label!r}): `action` imitates what the "
+                             "player did, `teacher` the teacher's labels where the shards have them")
 
     @classmethod
     def tiny(cls, *, shards: str, out: str, **overrides) -> TrainConfig:
@@ -113,19 +124,32 @@ def compute_losses(model, batch, cfg: TrainConfig, gammas):
     training/losses.py)."""
     out = model(batch["tokens"], batch["numeric"], batch["legal"], batch["valid"])
     action = batch["action"]
-    mask = step_mask(batch)
     targets, target_mask = critic_targets(batch, out.values.detach().float(), gammas, cfg)
-    critic = losses.critic_loss(out.q_values.float(), action, targets, mask & target_mask)
+    critic = losses.critic_loss(out.q_values.float(), action, targets, step_mask(batch) & target_mask)
+    label = label_actions(batch, cfg.label)  # what the actor imitates
+    mask = step_mask(batch, label)
     if cfg.objective == "bc":
-        actor = losses.behaviour_cloning_loss(out.logits, action, mask)
+        actor = losses.behaviour_cloning_loss(out.logits, label, mask)
     else:
-        adv = advantage(out, batch, cfg.advantage_baseline)[..., cfg.advantage_gamma]
+        # the advantage of the imitated action: A(s, label)
+        adv = advantage(out, {**batch, "action": label}, cfg.advantage_baseline)[..., cfg.advantage_gamma]
         weights = (losses.filtered_bc_weights(adv) if cfg.objective == "filtered_bc"
                    else losses.exp_advantage_weights(adv, beta=cfg.exp_beta))
-        actor = losses.weighted_actor_loss(out.logits, action, weights, mask)
+        actor = losses.weighted_actor_loss(out.logits, label, weights, mask)
     predicted = out.logits.argmax(-1)
-    accuracy = ((predicted == action) & mask).sum() / mask.sum().clamp(min=1)
+    accuracy = ((predicted == label) & mask).sum() / mask.sum().clamp(min=1)
     return actor + cfg.critic_weight * critic, actor, critic, accuracy, mask.sum()
+
+
+def label_actions(batch: dict, label: str):
+    """(B, T) the action the actor imitates at each turn (``TrainConfig.label``): the action taken (``action``), or
+    the teacher's where one labelled the turn and the action taken where none did (``teacher``). Tensors in the
+    loss, numpy arrays in ``PolicyRecipe.samples`` (the loader's batch)."""
+    if label == "action":
+        return batch["action"]
+    teacher = batch["teacher_action"]
+    where = np.where if isinstance(teacher, np.ndarray) else torch.where
+    return where(teacher >= 0, teacher, batch["action"])
 
 
 def advantage(out, batch: dict, baseline: str) -> torch.Tensor:
@@ -157,9 +181,11 @@ def critic_targets(batch: dict, values: torch.Tensor, gammas: torch.Tensor, cfg:
                                  gammas.float(), cfg.critic_lambda), valid
 
 
-def step_mask(batch: dict):
-    """Turns that reach the actor loss: valid, with a recorded action and at least one legal action."""
-    return batch["valid"] & (batch["action"] >= 0) & batch["legal"].any(-1)
+def step_mask(batch: dict, actions: torch.Tensor | None = None):
+    """Turns that reach a loss of ``actions`` (B, T) (the batch's ``action`` when None): valid, with an action and
+    at least one legal action."""
+    actions = batch["action"] if actions is None else actions
+    return batch["valid"] & (actions >= 0) & batch["legal"].any(-1)
 
 
 class PolicyRecipe(Recipe):
@@ -177,6 +203,10 @@ class PolicyRecipe(Recipe):
 
     @classmethod
     def make_plan(cls, cfg: TrainConfig, version) -> dict:
+        if cfg.label == "teacher" and not teacher_labelled_turns(version):
+            raise ValueError(f"--label teacher: no row of {cfg.shard_paths()} has a teacher_action (every one is -1); "
+                             "parse battles with a teacher (parse_replays.py --source generated --p1-teacher search) "
+                             "or train with --label action")
         return {"vocab_size": len(vocabulary(version.manifest.observation_version))}
 
     def model_config(self):
@@ -201,7 +231,7 @@ class PolicyRecipe(Recipe):
                                gammas=returns_gammas(self.cfg, model_config))
 
     def samples(self, batch: dict) -> int:
-        return int(step_mask(batch).sum())
+        return int(step_mask(batch, label_actions(batch, self.cfg.label)).sum())
 
     def loss(self, model, batch: dict, step: int):
         device = batch["reward"].device

@@ -1,6 +1,9 @@
 """The policy's windows of ``pokemon_turns`` rows: which trajectories (player sides, the validation split by battle)
 and how a shard's turns decode into the arrays the policy trains on (``LoadTurnWindows``), beside a readable
-reference of one window (``load_window_reference``) that the tests compare the fast path with."""
+reference of one window (``load_window_reference``) that the tests compare the fast path with.
+
+``teacher_action`` decodes like ``action`` (a teacher's label, tera moves folded onto their moves); a version made
+before the column existed (schema 2.0.0) has none, and every turn of it reads -1: no teacher labelled it."""
 
 from __future__ import annotations
 
@@ -14,7 +17,27 @@ from shards_schema.reader import ShardVersion
 from training.returns import discounted_returns
 from training.windows import LoadWindows, VersionUnion, cut_windows, held_out, index_columns
 
-COLUMNS = ["obs_tokens", "obs_numeric", "legal_mask", "action", "reward", "done"]
+COLUMNS = ["obs_tokens", "obs_numeric", "legal_mask", "action", "teacher_action", "reward", "done"]
+"""The columns the policy trains on; a version without ``teacher_action`` is read without it (``shard_columns``)."""
+
+
+def shard_columns(version: ShardVersion) -> list[str]:
+    """The ``COLUMNS`` a version's shards hold (``teacher_action`` only from schema 2.1.0)."""
+    return [c for c in COLUMNS if c in version.row_columns]
+
+
+def teacher_labelled_turns(version: ShardVersion | VersionUnion) -> int:
+    """Rows of ``version`` (every version of a union) that a teacher labelled (``teacher_action`` >= 0), read from
+    that one column."""
+    versions = version.versions if isinstance(version, VersionUnion) else [version]
+    total = 0
+    for v in versions:
+        if "teacher_action" not in v.row_columns:
+            continue
+        for file in v.manifest.files:
+            total += pc.sum(pc.greater_equal(v.read_table(file.path, ["teacher_action"]).column("teacher_action"),
+                                             0)).as_py() or 0
+    return total
 
 
 def window_specs(version: ShardVersion | VersionUnion, context: int, seed: int, sides: list[str] | None = None, *,
@@ -49,14 +72,26 @@ def _fixed_list(column: pa.ChunkedArray, width: int, dtype) -> np.ndarray:
     return flat.astype(dtype, copy=False).reshape(-1, width)
 
 
+def _fold_actions(action: np.ndarray) -> np.ndarray:
+    """13-way action ids → the policy's 9: a tera move (9-12) is its move (0-3); -1 stays -1."""
+    return np.where(action >= NUM_MOVES + NUM_SWITCHES, action - NUM_MOVES - NUM_SWITCHES, action)
+
+
+def _teacher_actions(table: pa.Table) -> np.ndarray:
+    """(N,) the rows' folded ``teacher_action``, all -1 where the table has no such column (a 2.0.0 version)."""
+    if "teacher_action" not in table.column_names:
+        return np.full(table.num_rows, -1, np.int64)
+    return _fold_actions(table.column("teacher_action").to_numpy().astype(np.int64))
+
+
 def decode_shard(table: pa.Table) -> dict[str, np.ndarray]:
     """A shard's training columns as row-aligned numpy arrays, in the dtypes the trainer consumes."""
-    action = table.column("action").to_numpy().astype(np.int64)
     return {
         "tokens": _fixed_list(table.column("obs_tokens"), OBS_WORDS, np.int32),  # (N, 87); embeddings take int32
         "numeric": _fixed_list(table.column("obs_numeric"), OBS_NUMERIC, np.float32),  # (N, 50)
         "legal": _fold(_fixed_list(table.column("legal_mask"), NUM_ACTIONS, bool)),  # (N, 9)
-        "action": np.where(action >= NUM_MOVES + NUM_SWITCHES, action - NUM_MOVES - NUM_SWITCHES, action),  # (N,)
+        "action": _fold_actions(table.column("action").to_numpy().astype(np.int64)),  # (N,)
+        "teacher_action": _teacher_actions(table),  # (N,)
         "reward": table.column("reward").to_numpy().astype(np.float32),
         "done": table.column("done").to_numpy(zero_copy_only=False).astype(bool),
     }
@@ -69,6 +104,7 @@ def load_window_reference(table: pa.Table, start: int, count: int, context: int)
     out = {"tokens": np.zeros((context, OBS_WORDS), np.int32),
            "numeric": np.zeros((context, OBS_NUMERIC), np.float32),
            "legal": np.zeros((context, NUM_MOVES + NUM_SWITCHES), bool), "action": np.full(context, -1, np.int64),
+           "teacher_action": np.full(context, -1, np.int64),
            "reward": np.zeros(context, np.float32), "done": np.zeros(context, bool), "valid": np.zeros(context, bool)}
     out["tokens"][:k] = rows.column("obs_tokens").combine_chunks().flatten().to_numpy().reshape(k, -1)
     out["numeric"][:k] = rows.column("obs_numeric").combine_chunks().flatten().to_numpy().reshape(k, -1)
@@ -76,6 +112,10 @@ def load_window_reference(table: pa.Table, start: int, count: int, context: int)
     out["legal"][:k] = _fold(mask13)
     action = rows.column("action").to_numpy().astype(np.int64)
     out["action"][:k] = np.where(action >= NUM_MOVES + NUM_SWITCHES, action - NUM_MOVES - NUM_SWITCHES, action)
+    if "teacher_action" in rows.column_names:  # else none labelled: -1, as padded
+        teacher = rows.column("teacher_action").to_numpy().astype(np.int64)
+        out["teacher_action"][:k] = np.where(teacher >= NUM_MOVES + NUM_SWITCHES,
+                                             teacher - NUM_MOVES - NUM_SWITCHES, teacher)
     out["reward"][:k] = rows.column("reward").to_numpy()
     out["done"][:k] = rows.column("done").to_numpy(zero_copy_only=False)
     out["valid"][:k] = True
@@ -103,7 +143,8 @@ class LoadTurnWindows(LoadWindows):
         self.gammas = gammas
 
     def _decode(self, file: str, number: int = 0) -> dict[str, np.ndarray]:
-        arrays = decode_shard(self.versions[number].read_table(file, COLUMNS))
+        version = self.versions[number]
+        arrays = decode_shard(version.read_table(file, shard_columns(version)))
         if self.gammas is not None:
             arrays["returns"] = shard_returns(self.versions[number].index(), file, arrays["reward"], self.gammas)
         if self.vocab_size is not None:
