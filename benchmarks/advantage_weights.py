@@ -6,12 +6,12 @@ advantage alone tells the strongest player's decisions from the weakest's.
         --out benchmarks/results/advantage-weights-mixed/mc --strongest search --weakest random
 
 The checkpoint's own training config gives its versions (``--shards`` then ``--extra-shards``), context, held-out
-battles (``--validation-share`` with its ``--seed``), critic target and advantage discount; the advantages are
-reported against each baseline (``--baselines``: ``mean``, the policy's V(s); ``max``, the best legal action's Q).
-A decision's player is the policy its version's manifest names for its side (a generated version's ``p1``/``p2``:
-``search``, ``heuristic``, ``random``), else the side itself; the groups pool every version. For each version and
-side the first ``--windows`` held-out windows go through the policy, and every decision that reaches the actor loss
-adds its advantage at the training discount.
+battles (``--validation-share`` with its ``--seed``), critic target and advantage discount (``--advantage-gamma``
+picks another); the advantages are reported against each baseline (``--baselines``: ``mean``, the policy's V(s);
+``max``, the best legal action's Q). A decision's player is the policy its version's manifest names for its side (a
+generated version's ``p1``/``p2``: ``search``, ``heuristic``, ``random``), else the side itself; the groups pool
+every version. For each version and side the first ``--windows`` held-out windows go through the policy, and every
+decision that reaches the actor loss adds its advantage at the training discount.
 
 Printed and written: ``players.csv``, one row per baseline, player and β: decisions, mean and spread of A, the share
 ``filtered_bc`` keeps (A ≥ 0), the mean weight relative to all decisions' mean (the player's share of the gradient
@@ -142,12 +142,16 @@ def main(argv: list[str] | None = None) -> None:
                         help="temperatures to weigh the same advantages with (the checkpoint's own is added)")
     parser.add_argument("--strongest", default="search", help="the player whose decisions should weigh most")
     parser.add_argument("--weakest", default="random", help="the player whose decisions should weigh least")
+    parser.add_argument("--advantage-gamma", type=int, default=None,
+                        help="index of the discount factor whose advantage to report (default: the checkpoint's)")
     parser.add_argument("--baselines", nargs="+", default=list(ADVANTAGE_BASELINES), choices=ADVANTAGE_BASELINES,
                         help="advantage baselines to report (the checkpoint's own is what its actor trained with)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     ckpt = read_checkpoint(args.checkpoint, kind="pokemon_policy")
     train, model = ckpt.train_config, ckpt.build_model()
+    if args.advantage_gamma is not None:
+        train = {**train, "advantage_gamma": args.advantage_gamma}
     groups: dict[str, dict[str, list[np.ndarray]]] = {b: {} for b in args.baselines}
     for uri in [train["shards"], *train.get("extra_shards", [])]:
         version = open_version(uri, check_sha256=False)

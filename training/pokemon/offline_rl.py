@@ -49,6 +49,9 @@ class TrainConfig(TrainerConfig):
             past the window's end (``losses.lambda_returns``); ``td``, one-step targets r + γ V(s') inside the window
             (the window's last step has none).
         critic_lambda: λ of ``--critic-target lambda`` (1: Monte Carlo; 0: one-step inside the window).
+        reward_hp: weight of the dense HP reward (HP fraction taken from the foe's active minus the own active's
+            lost, per turn) added to the battle's result (``training/pokemon/rewards.py``); 0: the result alone.
+        reward_faint: weight of the dense faint reward (foe's Pokémon fainted minus own, per turn); 0: none.
         advantage_gamma: index of the discount factor whose advantage weighs the actor.
         advantage_baseline: what A = Q(s, a) - baseline subtracts: ``mean``, V(s) = Σ π(a'|s) Q(s, a') under the
             policy being trained; ``max``, the best legal action's Q (``losses.best_legal_values``).
@@ -76,6 +79,8 @@ class TrainConfig(TrainerConfig):
     critic_weight: float = 0.5
     critic_target: str = "td"
     critic_lambda: float = 0.9
+    reward_hp: float = 0.0
+    reward_faint: float = 0.0
     advantage_gamma: int = 2
     advantage_baseline: str = "mean"
     exp_beta: float = 1.0
@@ -228,7 +233,7 @@ class PolicyRecipe(Recipe):
 
     def loader(self, model_config):
         return LoadTurnWindows(self.cfg.shard_paths(), self.cfg.context, vocab_size=self.plan["vocab_size"],
-                               gammas=returns_gammas(self.cfg, model_config))
+                               gammas=returns_gammas(self.cfg, model_config), shaping=reward_shaping(self.cfg))
 
     def samples(self, batch: dict) -> int:
         return int(step_mask(batch, label_actions(batch, self.cfg.label)).sum())
@@ -255,6 +260,11 @@ def returns_gammas(cfg: TrainConfig, model_config) -> tuple[float, ...] | None:
     return tuple(model_config.gammas) if cfg.critic_target != "td" else None
 
 
+def reward_shaping(cfg: TrainConfig) -> tuple[float, float] | None:
+    """(hp weight, faint weight) of the loader's dense rewards, or None when the reward is the result alone."""
+    return (cfg.reward_hp, cfg.reward_faint) if (cfg.reward_hp or cfg.reward_faint) else None
+
+
 def validation_windows(cfg: TrainConfig, vocab_size: int, model_config) -> dict:
     """The first ``max_eval_windows`` windows of the held-out battles of every version trained on, in a fixed
     order (resuming stays exact)."""
@@ -262,7 +272,7 @@ def validation_windows(cfg: TrainConfig, vocab_size: int, model_config) -> dict:
                          validation_share=cfg.validation_share, split_seed=cfg.seed, validation=True)
     return first_windows(specs, cfg.max_eval_windows,
                          LoadTurnWindows(cfg.shard_paths(), cfg.context, vocab_size=vocab_size,
-                                       gammas=returns_gammas(cfg, model_config)))
+                                       gammas=returns_gammas(cfg, model_config), shaping=reward_shaping(cfg)))
 
 
 def evaluate(model, windows: dict, cfg: TrainConfig, device, batch_size: int = 64) -> dict[str, float]:

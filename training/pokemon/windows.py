@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from models.pokemon_policy import check_inputs
 from shards_schema.pokemon import NUM_ACTIONS, NUM_MOVES, NUM_SWITCHES, OBS_NUMERIC, OBS_WORDS
 from shards_schema.reader import ShardVersion
+from training.pokemon.rewards import shaped_rewards
 from training.returns import discounted_returns
 from training.windows import LoadWindows, VersionUnion, cut_windows, held_out, index_columns
 
@@ -122,31 +123,37 @@ def load_window_reference(table: pa.Table, start: int, count: int, context: int)
     return out
 
 
-def shard_returns(index: pa.Table, file: str, rewards: np.ndarray, gammas) -> np.ndarray:
-    """(N, G) discounted returns of every row of shard ``file`` (its (N,) ``rewards``), trajectory by trajectory as
-    ``index`` (a version's) places them."""
+def shard_trajectories(index: pa.Table, file: str) -> tuple[np.ndarray, np.ndarray]:
+    """(first rows, rows) of the trajectories ``index`` (a version's) places in shard ``file``."""
     rows = index.filter(pc.equal(index.column("file"), file))
-    return discounted_returns(rewards, rows.column("row_start").to_numpy(), rows.column("num_rows").to_numpy(),
-                              gammas)
+    return rows.column("row_start").to_numpy(), rows.column("num_rows").to_numpy()
 
 
 class LoadTurnWindows(LoadWindows):
     """Window specs of turns → padded arrays of the policy's inputs: about 390 bytes per cached turn. With
-    ``gammas``, each turn also carries ``returns`` (G,): its trajectory's discounted return from that decision to the
-    trajectory's end for each discount factor (``training/returns.discounted_returns``, once per decoded shard from
-    the version's index), 4 bytes per factor more per turn."""
+    ``shaping`` (hp weight, faint weight), each turn's ``reward`` also holds the dense reward of the turn it closes
+    (``training/pokemon/rewards.shaped_rewards``). With ``gammas``, each turn also carries ``returns`` (G,): its
+    trajectory's discounted return of those rewards from that decision to the trajectory's end for each discount
+    factor (``training/returns.discounted_returns``), 4 bytes per factor more per turn. Both are derived once per
+    decoded shard, trajectory by trajectory from the version's index."""
 
     def __init__(self, version_paths: str | list[str], context: int, max_cached_bytes: int = 4 << 30,
-                 vocab_size: int | None = None, gammas: tuple[float, ...] | None = None):
+                 vocab_size: int | None = None, gammas: tuple[float, ...] | None = None,
+                 shaping: tuple[float, float] | None = None):
         super().__init__(version_paths, context, max_cached_bytes)
         self.vocab_size = vocab_size  # token ids are checked against it once per decoded shard
-        self.gammas = gammas
+        self.gammas, self.shaping = gammas, shaping
 
     def _decode(self, file: str, number: int = 0) -> dict[str, np.ndarray]:
         version = self.versions[number]
         arrays = decode_shard(version.read_table(file, shard_columns(version)))
-        if self.gammas is not None:
-            arrays["returns"] = shard_returns(self.versions[number].index(), file, arrays["reward"], self.gammas)
+        if self.gammas is not None or self.shaping is not None:
+            starts, counts = shard_trajectories(version.index(), file)
+            if self.shaping is not None:
+                arrays["reward"] = arrays["reward"] + shaped_rewards(arrays["tokens"], arrays["numeric"], starts,
+                                                                     counts, *self.shaping)
+            if self.gammas is not None:
+                arrays["returns"] = discounted_returns(arrays["reward"], starts, counts, self.gammas)
         if self.vocab_size is not None:
             # here rather than in the model's forward pass, where the check would wait on the device every step
             check_inputs(arrays["tokens"], self.vocab_size)
