@@ -26,7 +26,6 @@ with none, the β with the lowest ratio.
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +38,7 @@ from training.checkpoints import read_checkpoint
 from training.pokemon.offline_rl import ADVANTAGE_BASELINES, advantage, step_mask
 from training.pokemon.windows import LoadTurnWindows, window_specs
 from training.windows import first_windows
+from tune import sweeps
 
 WEIGHT_RATIO_GOAL = 0.5
 """The critic goal: the weakest player's decisions get at most this share of the strongest's mean weight."""
@@ -126,13 +126,6 @@ def choose_beta(rows: list[dict]) -> dict:
     return max(meeting, key=lambda r: r["beta"]) if meeting else min(rows, key=lambda r: r["weight_ratio"])
 
 
-def write_csv(path: Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", required=True, help="a run folder or checkpoint (URI) of the policy")
@@ -170,8 +163,8 @@ def main(argv: list[str] | None = None) -> None:
         split += [{"baseline": baseline, **r, "chosen": r is chosen} for r in separated]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_csv(out / "players.csv", rows)
-    write_csv(out / "separation.csv", split)
+    sweeps.write_csv(str(out / "players.csv"), rows)
+    sweeps.write_csv(str(out / "separation.csv"), split)
     print(f"checkpoint {ckpt.where} (objective {train['objective']}, critic {train.get('critic_target', 'td')}, "
           f"baseline {train.get('advantage_baseline', 'mean')}, β {train['exp_beta']}, discount index "
           f"{train['advantage_gamma']}, step {ckpt.step})")

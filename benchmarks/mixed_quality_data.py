@@ -19,7 +19,6 @@ new in the results.
 from __future__ import annotations
 
 import argparse
-import csv
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +30,7 @@ import pyarrow.compute as pc
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.advantage_weights import player_of
 from shards_schema.reader import open_version
+from tune import sweeps
 
 PARSE = Path(__file__).resolve().parents[1] / "pipelines" / "parse_replays.py"
 PAIRINGS = (("search", "heuristic"), ("heuristic", "random"), ("search", "random"))
@@ -58,13 +58,14 @@ def decisions_by_side(version) -> dict[str, int]:
     return counts
 
 
-def composition(versions: list) -> list[dict]:
-    """One row per player over ``versions`` (opened): its decisions and share of all; a side's player is the policy
-    the version's manifest names for it (``benchmarks/advantage_weights.player_of``)."""
+def composition(counted: list[tuple[dict, dict[str, int]]]) -> list[dict]:
+    """One row per player over versions given as (manifest config, ``decisions_by_side``): its decisions and share of
+    all; a side's player is the policy the version's manifest names for it
+    (``benchmarks/advantage_weights.player_of``)."""
     totals: dict[str, int] = {}
-    for version in versions:
-        for side, n in decisions_by_side(version).items():
-            player = player_of(version.manifest.config, side)
+    for config, by_side in counted:
+        for side, n in by_side.items():
+            player = player_of(config, side)
             totals[player] = totals.get(player, 0) + n
     everything = sum(totals.values())
     return [{"player": player, "decisions": n, "share": round(n / everything, 4)} for player, n in totals.items()]
@@ -102,13 +103,15 @@ def main(argv: list[str] | None = None) -> None:
                             Path(args.out) / f"gen-{p1}-{p2}.log")
             print(f"[mixed] {p1} vs {p2} ({args.num_battles} battles, seed {args.seed + k}): {path}")
             paths.append(path)
-    versions = [open_version(p) for p in paths]
-    for path, version in zip(paths, versions, strict=True):
-        config = version.manifest.config
+    counted = []  # (manifest config, decisions by side) of each version: its shards read once
+    for path in paths:
+        version = open_version(path)
+        config, by_side = version.manifest.config, decisions_by_side(version)
+        counted.append((config, by_side))
         rows_out.append({"version": path, "p1": config.get("p1", ""), "p2": config.get("p2", ""),
                          "inputs": version.manifest.counts.inputs, "written": version.manifest.counts.written,
-                         "player": "", "decisions": sum(decisions_by_side(version).values()), "share": ""})
-    players = composition(versions)
+                         "player": "", "decisions": sum(by_side.values()), "share": ""})
+    players = composition(counted)
     rows_out += [{"version": "", "p1": "", "p2": "", "inputs": "", "written": "", **r} for r in players]
     for r in players:
         print(f"[mixed] {r['player']}: {r['decisions']:,} decisions ({r['share']:.1%})")
@@ -116,10 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     print("[mixed] recipe: " + ("holds" if not problems else "broken: " + "; ".join(problems)))
     results = Path(args.results or args.out)
     results.mkdir(parents=True, exist_ok=True)
-    with open(results / "composition.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows_out[0]))
-        writer.writeheader()
-        writer.writerows(rows_out)
+    sweeps.write_csv(str(results / "composition.csv"), rows_out)
     print(f"[mixed] wrote {results / 'composition.csv'}")
     if problems:
         sys.exit(1)

@@ -16,8 +16,8 @@ def test_decisions_are_counted_per_player_of_a_generated_version(tiny_generated)
     by_side = decisions_by_side(version)
     actions = [version.read_table(f.path, ["action"]).column("action") for f in version.manifest.files]
     assert sum(by_side.values()) == sum(pc.sum(pc.greater_equal(a, 0)).as_py() for a in actions)
-    rows = {r["player"]: r for r in composition([version])}
     config = version.manifest.config
+    rows = {r["player"]: r for r in composition([(config, by_side)])}
     assert set(rows) == {config["p1"], config["p2"]}  # the tiny preset's heuristic vs random
     assert rows[config["p1"]]["decisions"] == by_side["p1"]
     assert abs(sum(r["share"] for r in rows.values()) - 1.0) < 1e-3
