@@ -20,6 +20,9 @@ CODE_VERSIONS = CodeVersions(
     # 2.0.0: rows say whether the chosen move was a Z-move or a Max move (zmove, dynamax), states can_zmove and
     # can_dynamax (a major: readers compare the row struct exactly)
     schema="2.1.0",
+    # 5.1.0: a format the simulator lacks resolves through its aliases and older tier names (gen6oumonotype is
+    # gen6monotype), and the game type filters not_singles before the format is looked up (a retired VGC season is
+    # filtered, not unknown); rows of battles written before are unchanged.
     # 5.0.0: the legal mask is the request's choices: a request's own move beside switches (Struggle, gen 1's Fight
     # while asleep, frozen or partially trapped) is action 0 with slot 0 in the mask (was -1, slot closed); Revival
     # Blessing's fainted targets are the switch actions and available_switches (was -1, an empty mask).
@@ -29,7 +32,7 @@ CODE_VERSIONS = CodeVersions(
     # revealed to the foe, Mirror Move's/Metronome's (gens 1-3) not the user's; Mega/Primal/Ultra Burst items; a
     # Transform's copied moves end with it; Imposter and gen 4-5 Frisk read; older logs' [from]X and format ids.
     # 2.0.0: choices shown by |cant|/Sleep Talk and Hidden Power recorded; "???" move type a word; Metamon ties, case
-    parser="5.0.0",
+    parser="5.1.0",
     # 2.0.0: word 2 names the gimmick open now (cantera, canzmove, candynamax, nogimmick); numbers 48-49 the actives'
     # Dynamax turns left
     observation="2.0.0",

@@ -167,6 +167,29 @@ def known_formats() -> frozenset[str]:
     return frozenset(f for raw in _all_gens().values() for f in raw["formats"])
 
 
+def game_type(format_id: str) -> str | None:
+    """The game type of a format of the pinned simulator (``singles``, ``doubles``, ``triples``, ``multi``,
+    ``freeforall``), or None for a format it does not have."""
+    if format_id not in known_formats():
+        return None
+    return _all_gens()[f"gen{gen_of_format(format_id)}"]["game_types"].get(format_id, "singles")
+
+
+@cache
+def format_aliases() -> dict[str, tuple[str, ...]]:
+    """The simulator's format aliases without their generation: alias → the formats it names, each without its
+    generation (``mono`` → ``("monotype",)``: ``mono`` names gen 9's Monotype, ``gen7mono`` gen 7's). An older
+    generation's battle under an alias is looked up as the same format in its own generation."""
+    names: dict[str, set[str]] = {}
+    for raw in _all_gens().values():
+        for alias, format_id in raw["format_aliases"].items():
+            names.setdefault(_GEN_ID.sub("", alias), set()).add(_GEN_ID.sub("", format_id))
+    return {alias: tuple(sorted(targets)) for alias, targets in names.items()}
+
+
+_GEN_ID = re.compile(r"^gen\d")
+
+
 def export_main() -> None:
     print(export_dex())
 

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from pipelines.errors import InvalidJsonError, InvalidRecordError, UnknownFormatError
 from pipelines.inputs import file_items, input_id, list_sized, resolve_input
-from pipelines.pokemon.dex import Dex, gen_of_format, to_id
+from pipelines.pokemon.dex import Dex, format_aliases, game_type, gen_of_format, known_formats, to_id
 from pipelines.pokemon.parser import PokemonParser
 from pipelines.pokemon.spectator import spectator_trajectories
 from pipelines.stages import Parsed, Plan, Source, read_row, work_item
@@ -188,22 +188,62 @@ def _format_id(record: dict) -> str:
 _GEN_PREFIX = re.compile(r"gen\d")
 _GEN_LINE = re.compile(r"^\|gen\|(\d)\r?$", re.MULTILINE)
 
+LEGACY_TIERS = {"oumonotype": "monotype"}
+"""Tier names older logs write that the pinned simulator has under another name and no alias, by id without the
+generation: a 2014 gen 6 log's ``|tier|OU Monotype`` is Monotype (``gen6monotype``)."""
+
+_NOT_SINGLES_NAME = re.compile(r"doubles|vgc|triples|multi|freeforall|ffa|2v2|rotation|dubs")
+"""Words of a format id that name a game type other than singles: read only for an id the simulator does not have
+(a retired VGC season such as ``gen9vgc2023regulationc``) and a log without a ``|gametype|`` line. No singles
+format of the pinned simulator has one (tests/pipelines/test_spectator_mechanics.py checks every format)."""
+
 
 def canonical_format(format_id: str, log: str) -> str:
-    """The id the pinned simulator knows a battle's format by: ``format_id`` itself when it names the generation
-    (every id of pokemon-showdown 0.11.11 does), else the generation of the log's ``|gen|N`` line before it
-    (``ou`` with ``|gen|6`` is ``gen6ou``), else ``format_id`` unchanged (``parse`` says why it is unknown).
+    """The id the pinned simulator knows a battle's format by (``parse`` says why when none):
+
+    - an id without its generation takes the generation of the log's ``|gen|N`` line (``ou`` with ``|gen|6`` is
+      ``gen6ou``; no ``|gen|`` line: ``format_id`` unchanged);
+    - an id the simulator does not have resolves through the simulator's format aliases or an older tier name
+      (``LEGACY_TIERS``) to the same generation's format when the simulator has it (``gen6mono`` and
+      ``gen6oumonotype`` are ``gen6monotype``), else stays as it is.
+
     ``log``: the log's text (the lines joined by newlines)."""
-    if _GEN_PREFIX.match(format_id):
+    if not _GEN_PREFIX.match(format_id):
+        gen = _GEN_LINE.search(log)
+        if gen is None:
+            return format_id
+        format_id = f"gen{gen.group(1)}{format_id}"
+    return _known_name(format_id)
+
+
+def _known_name(format_id: str) -> str:
+    """``format_id`` (generation first), or the format of its generation that an alias or an older tier name of
+    it names, where the simulator has one."""
+    known = known_formats()
+    if format_id in known:
         return format_id
-    gen = _GEN_LINE.search(log)
-    return f"gen{gen.group(1)}{format_id}" if gen is not None else format_id
+    prefix, name = format_id[:4], format_id[4:]
+    for target in (*format_aliases().get(name, ()), LEGACY_TIERS.get(name)):
+        if target is not None and prefix + target in known:
+            return prefix + target
+    return format_id
+
+
+def game_type_of(replay: Replay) -> str:
+    """The battle's game type: the log's ``|gametype|`` line; without one, the format's in the simulator; for a
+    format it does not have, ``doubles`` where the id names another game type (``_NOT_SINGLES_NAME``), else
+    ``singles``."""
+    for line in replay.log[:40]:
+        if line.startswith("|gametype|"):
+            return line[len("|gametype|"):].strip() or "singles"
+    known = game_type(replay.format)
+    if known is not None:
+        return known
+    return "doubles" if _NOT_SINGLES_NAME.search(replay.source_format or replay.format) else "singles"
 
 
 def _with_format(replay: Replay) -> Replay:
     """``replay`` under its canonical format id, the source's kept in ``source_format`` when they differ."""
-    if _GEN_PREFIX.match(replay.format):
-        return replay
     canonical = canonical_format(replay.format, "\n".join(replay.log))
     if canonical == replay.format:
         return replay
@@ -249,10 +289,11 @@ def parse(source: str, payload: bytes, dexes: dict[int, Dex], filters: ReplayFil
     reason = filters.reason(replay)
     if reason is not None:
         return Parsed([], reason)
+    # the game type first: a doubles battle of a format the simulator no longer has is filtered, not unknown
+    if game_type_of(replay) != "singles":
+        return Parsed([], "not_singles")
     if replay.format not in known_formats:
         raise UnknownFormatError(_unknown_format(replay))
-    if any(line.startswith("|gametype|") and line != "|gametype|singles" for line in replay.log[:40]):
-        return Parsed([], "not_singles")
     dex = dexes[gen_of_format(replay.format)]
     rows = spectator_trajectories(replay.log, dex, format_id=replay.format, battle_id=replay.battle_id,
                                   rating=replay.rating, names=replay.players)
@@ -265,10 +306,10 @@ def _unknown_format(replay: Replay) -> str:
     if not _GEN_PREFIX.match(replay.format):
         return (f"format {replay.format!r} does not name its generation (no gen<N> prefix, as older replays write "
                 f"it) and the log has no |gen| line to tell it")
+    none = "is not a format of the pinned simulator, nor is any alias or older tier name of it"
     if replay.source_format is not None:
-        return (f"format {replay.format!r} (the source's {replay.source_format!r} in the log's generation) is not a "
-                f"format of the pinned simulator")
-    return f"format {replay.format!r} is not a format of the pinned simulator"
+        return f"format {replay.format!r} (the source's {replay.source_format!r} in the log's generation) {none}"
+    return f"format {replay.format!r} {none}"
 
 
 def download(source: str, out_dir: Path, revision: str | None, formats: list[str]) -> str:

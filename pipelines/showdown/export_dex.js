@@ -12,6 +12,10 @@
  *   abilities: id -> name
  *   types:     [type ids]
  *   formats:   [format ids of that generation]
+ *   game_types: format id -> game type, for that generation's formats that are not singles (doubles, triples,
+ *              multi, freeforall)
+ *   format_aliases: alias -> format id, the simulator's aliases (data/aliases) that name a format of that
+ *              generation ("mono" -> "gen9monotype")
  *
  * "Exists in gen N" means what Dex.forGen(N) says: the entry exists and is not
  * flagged isNonstandard 'Future'. Other nonstandard flags (Past, CAP, LGPE,
@@ -70,7 +74,9 @@ function sortedJSON(value, indent = '', key = null) {
 
 function exportGen(gen) {
 	const dex = Dex.forGen(gen);
-	const data = { species: {}, moves: {}, items: {}, abilities: {}, types: [], formats: [] };
+	const data = {
+		species: {}, moves: {}, items: {}, abilities: {}, types: [], formats: [], game_types: {}, format_aliases: {},
+	};
 
 	for (const s of dex.species.all()) {
 		if (!inGen(s)) continue;
@@ -108,10 +114,21 @@ function exportGen(gen) {
 		if (inGen(ability)) data.abilities[ability.id] = ability.name;
 	}
 	data.types = dex.types.all().filter(inGen).map(t => t.id).sort();
-	data.formats = Dex.formats.all()
+	const formats = Dex.formats.all()
 		.filter(f => f.effectType === 'Format' && Dex.mod(f.mod).gen === gen)
-		.map(f => f.id)
-		.sort();
+		.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+	data.formats = formats.map(f => f.id);
+	data.game_types = {};
+	for (const f of formats) {
+		if (f.gameType !== 'singles') data.game_types[f.id] = f.gameType;
+	}
+	data.format_aliases = {};
+	for (const [alias, target] of Dex.loadAliases()) {
+		const format = Dex.formats.get(target);
+		if (format.exists && format.effectType === 'Format' && Dex.mod(format.mod).gen === gen) {
+			data.format_aliases[alias] = format.id;
+		}
+	}
 	return data;
 }
 

@@ -51,17 +51,25 @@ def test_showdown_json_job(ray_local, tmp_path):
     (root / "nofmt.json").write_text(json.dumps(dict(replays[GEN1], id="odd-1", formatid="gen1nonsense")))
     # a format id from before the ids named the generation: written as the log's |gen| says, and counted so
     (root / "old.json").write_text(json.dumps(dict(replays[GEN1], id="old-1", formatid="ou")))
+    # a retired VGC season the simulator no longer has: doubles by its |gametype| line, filtered, not unknown
+    doubles_log = replays[GEN9]["log"].replace("|gametype|singles", "|gametype|doubles")
+    (root / "vgc.json").write_text(json.dumps(dict(replays[GEN9], id="vgc-1", formatid="gen9vgc2023regulationc",
+                                                   log=doubles_log)))
+    # an older tier name, read from the format's name as a record without formatid has it: the same tier today
+    (root / "mono.json").write_text(json.dumps({k: v for k, v in dict(replays[GEN9], id="mono-1",
+                                                                      format="[Gen 9] OU Monotype").items()
+                                                if k != "formatid"}))
     cfg = ParseConfig.tiny(source="showdown-json", input=str(root), out=str(tmp_path / "out"))
     version = open_version(run(cfg, log=lambda *_: None).path)
     c = version.manifest.counts
-    assert (c.inputs, c.written, c.trajectories) == (7, 3, 6)
-    assert c.relabelled == {"ou→gen1ou": 1}
-    assert c.filtered == {"duplicate": 1}
+    assert (c.inputs, c.written, c.trajectories) == (9, 4, 8)
+    assert c.relabelled == {"ou→gen1ou": 1, "gen9oumonotype→gen9monotype": 1}
+    assert c.filtered == {"duplicate": 1, "not_singles": 1}
     assert c.quarantined == {"invalid_json": 1, "truncated_battle": 1, "unknown_format": 1}
     q = version.quarantine().to_pylist()
     assert {r["input_id"]: r["reason"] for r in q}["cut.json"] == "truncated_battle"
     assert set(version.index().column("battle_id").to_pylist()) == {"smogtours-gen1ou-733374",
-                                                                      "smogtours-gen9ou-733546", "old-1"}
+                                                                      "smogtours-gen9ou-733546", "old-1", "mono-1"}
 
 
 @pytest.mark.parametrize("source", ["hf-raw", "pokechamp"])

@@ -85,6 +85,43 @@ def test_prefixed_ids_are_kept_and_doubles_are_still_filtered():
                  known_formats())[:2] == ([], "not_singles")
 
 
+@pytest.mark.parametrize("old,new", [("mono", "gen6monotype"), ("gen6mono", "gen6monotype"),
+                                     ("oumonotype", "gen6monotype"), ("gen6oumonotype", "gen6monotype"),
+                                     ("overused", "gen6ou"), ("randbats", "gen6randombattle")])
+def test_an_alias_or_older_tier_name_is_its_generations_format(old, new):
+    """The simulator's format aliases (gen 9's ``mono``) and an older tier name (2014's "OU Monotype") resolve to
+    the format of the log's generation, and the relabelling is said."""
+    parsed = parse("showdown-json", _record(old, GEN6_BATTLE), DEXES, ReplayFilters(), known_formats())
+    assert parsed.rows and {r["format"] for r in parsed.rows} == {new}
+    assert parsed.relabelled == f"{old}→{new}"
+
+
+def test_the_game_type_decides_not_singles_before_the_format_is_looked_up():
+    """A doubles battle of a format the simulator no longer has (a retired VGC season) is filtered as doubles,
+    by its |gametype| line or, without one, by its format's name; a singles battle of an unknown format is
+    unknown."""
+    doubles = GEN6_BATTLE[:2] + ["|gametype|doubles"] + GEN6_BATTLE[2:]
+    for formatid, log in [("gen9vgc2023regulationc", doubles), ("gen9vgc2023regulationc", GEN6_BATTLE),
+                          ("vgc2014", GEN6_BATTLE), ("gen9doublesou", GEN6_BATTLE)]:
+        assert parse("showdown-json", _record(formatid, log), DEXES, ReplayFilters(),
+                     known_formats())[:2] == ([], "not_singles"), formatid
+    singles = GEN6_BATTLE[:2] + ["|gametype|singles"] + GEN6_BATTLE[2:]
+    with pytest.raises(UnknownFormatError, match="nor is any alias or older tier name"):
+        parse("showdown-json", _record("gen9vgc2023regulationc", singles), DEXES, ReplayFilters(), known_formats())
+
+
+def test_the_name_rule_matches_no_singles_format_and_every_named_doubles_one():
+    """The format-name rule that reads an unknown id's game type is checked against every format of the pinned
+    simulator: no singles format's id matches it; the only other formats it misses have names that say nothing
+    (12 Switch, Partners in Crime, Metronome Battle, Orre Colosseum)."""
+    from pipelines.pokemon.dex import game_type
+    from pipelines.pokemon.replays import _NOT_SINGLES_NAME
+    singles = {f for f in known_formats() if game_type(f) == "singles"}
+    assert len(singles) > 200 and not {f for f in singles if _NOT_SINGLES_NAME.search(f)}
+    missed = {f for f in known_formats() - singles if not _NOT_SINGLES_NAME.search(f)}
+    assert missed == {"gen912switch", "gen9partnersincrime", "gen9metronomebattle", "gen3orrecolosseum"}
+
+
 def test_a_format_id_without_generation_or_gen_line_is_unknown_and_says_why():
     no_gen = battle(6, "Espeon", "Metagross", ["|move|p1a: Espeon|Psychic|p2a: Metagross"], header=("|tier|OU",))
     with pytest.raises(UnknownFormatError, match=r"no gen<N> prefix.*no \|gen\| line"):
