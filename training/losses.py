@@ -10,11 +10,16 @@ import torch
 import torch.nn.functional as F
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``values`` where ``mask`` is True (0 when nothing is). Masked entries are dropped, not multiplied by
-    zero: a masked step may hold -inf (the log-probability of an illegal placeholder action), and 0 * -inf is NaN."""
-    kept = torch.where(mask, values, torch.zeros_like(values))
-    return kept.sum() / mask.to(values.dtype).sum().clamp(min=1.0)
+def masked_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean of ``values`` where ``mask`` is true (0 when nothing is; every entry when ``mask`` is None), the one
+    masked mean of every loss (offline RL, PPO, the world model). ``mask``: bool, or 0/1 of any dtype. Masked
+    entries are dropped, not multiplied by zero: a masked step may hold -inf (the log-probability of an illegal
+    placeholder action), and 0 * -inf is NaN."""
+    if mask is None:
+        return values.mean()
+    keep = mask if mask.dtype == torch.bool else mask != 0
+    kept = torch.where(keep, values, torch.zeros_like(values))
+    return kept.sum() / keep.to(values.dtype).sum().clamp(min=1.0)
 
 
 def action_log_probs(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:

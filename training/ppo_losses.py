@@ -15,6 +15,8 @@ import math
 
 import torch
 
+from training.losses import masked_mean
+
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, terminated: torch.Tensor,
         truncated: torch.Tensor, gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,18 +56,11 @@ def gae_reference(rewards, values, next_values, terminated, truncated, gamma: fl
     return advantages, returns
 
 
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    if mask is None:
-        return x.mean()
-    mask = mask.to(x.dtype)
-    return (x * mask).sum() / mask.sum().clamp(min=1.0)
-
-
 def normalize_advantages(advantages: torch.Tensor, mask: torch.Tensor | None = None,
                          eps: float = 1e-8) -> torch.Tensor:
     """Advantages shifted to mean 0 and scaled to standard deviation 1 over the (masked) minibatch."""
-    mean = _masked_mean(advantages, mask)
-    std = _masked_mean((advantages - mean) ** 2, mask).sqrt()
+    mean = masked_mean(advantages, mask)
+    std = masked_mean((advantages - mean) ** 2, mask).sqrt()
     return (advantages - mean) / (std + eps)
 
 
@@ -74,7 +69,7 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     """The clipped surrogate, to minimize: -E[min(ρ A, clip(ρ, 1-ε, 1+ε) A)], ρ = π(a|s) / π_old(a|s)."""
     ratio = torch.exp(logp - old_logp)
     surrogate = torch.minimum(ratio * advantages, ratio.clamp(1.0 - clip, 1.0 + clip) * advantages)
-    return -_masked_mean(surrogate, mask)
+    return -masked_mean(surrogate, mask)
 
 
 def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float | None,
@@ -83,9 +78,9 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
     the rollout saw, like the policy (``clip`` None: the plain squared error)."""
     unclipped = (values - returns) ** 2
     if clip is None:
-        return 0.5 * _masked_mean(unclipped, mask)
+        return 0.5 * masked_mean(unclipped, mask)
     clipped = (old_values + (values - old_values).clamp(-clip, clip) - returns) ** 2
-    return 0.5 * _masked_mean(torch.maximum(unclipped, clipped), mask)
+    return 0.5 * masked_mean(torch.maximum(unclipped, clipped), mask)
 
 
 def entropy(logits: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -93,7 +88,7 @@ def entropy(logits: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Ten
     log_probs = torch.log_softmax(logits.float(), dim=-1)
     # -inf zeroed before the product: torch.where over p·log p would still send 0 · -inf = NaN back to the logits
     safe = log_probs.masked_fill(~torch.isfinite(log_probs), 0.0)
-    return _masked_mean(-(log_probs.exp() * safe).sum(-1), mask)
+    return masked_mean(-(log_probs.exp() * safe).sum(-1), mask)
 
 
 def reference_kl(logits: torch.Tensor, reference_logits: torch.Tensor,
@@ -106,7 +101,7 @@ def reference_kl(logits: torch.Tensor, reference_logits: torch.Tensor,
     # 0 · (-inf - -inf) is NaN: illegal actions are zeroed before the product, as in ``entropy``
     legal = torch.isfinite(log_p) & torch.isfinite(log_ref)
     diff = (log_p - log_ref).masked_fill(~legal, 0.0)
-    return _masked_mean((log_p.exp() * diff).sum(-1), mask)
+    return masked_mean((log_p.exp() * diff).sum(-1), mask)
 
 
 def reference_kl_reference(probs: list[list[float]], reference_probs: list[list[float]]) -> float:
@@ -119,19 +114,19 @@ def reference_kl_reference(probs: list[list[float]], reference_probs: list[list[
 
 def agreement(logits: torch.Tensor, reference_logits: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Share of decisions where the policy's most likely action is the reference policy's (logging)."""
-    return _masked_mean((logits.argmax(-1) == reference_logits.argmax(-1)).float(), mask)
+    return masked_mean((logits.argmax(-1) == reference_logits.argmax(-1)).float(), mask)
 
 
 def approx_kl(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """E[(ρ - 1) - log ρ], the low-variance estimate of KL(π_old ‖ π) (Schulman's k3), for logging and early stop."""
     log_ratio = logp - old_logp
-    return _masked_mean(torch.exp(log_ratio) - 1.0 - log_ratio, mask)
+    return masked_mean(torch.exp(log_ratio) - 1.0 - log_ratio, mask)
 
 
 def clip_fraction(logp: torch.Tensor, old_logp: torch.Tensor, clip: float,
                   mask: torch.Tensor | None = None) -> torch.Tensor:
     """Share of samples whose ratio left [1-ε, 1+ε]."""
-    return _masked_mean(((torch.exp(logp - old_logp) - 1.0).abs() > clip).float(), mask)
+    return masked_mean(((torch.exp(logp - old_logp) - 1.0).abs() > clip).float(), mask)
 
 
 def annealed_lr(lr: float, update: int, num_updates: int, final_share: float = 0.0) -> float:

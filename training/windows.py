@@ -110,7 +110,7 @@ def cut_windows(index: pa.Table, length: int, stride: int, seed: int, phase: int
     return pa.table(columns)
 
 
-def window_stream(epoch_windows, start: int, count: int, block_rows: int = 65536) -> pa.Table:
+def window_stream(epoch_windows, start: int, count: int) -> pa.Table:
     """Windows ``start .. start + count`` of a training run's stream: the epochs' windows back to back, epoch
     ``e`` given by ``epoch_windows(e)`` (a ``cut_windows`` table); a ``window`` column numbers them from the stream's
     start. A pure function of its arguments, so a run resumed at step s asks for ``start = s × batch_size`` and
@@ -148,8 +148,14 @@ def held_out(battle_ids: list[str], share: float, seed: int | str) -> np.ndarray
     of ids (a battle keeps its side as the data grows). With another seed it draws an independent share (the
     training share of a scaling sweep), and a smaller share is a subset of a larger one under the same seed."""
     threshold = share * 2.0 ** 64
-    return np.fromiter((int.from_bytes(hashlib.blake2b(f"{seed}:{b}".encode(), digest_size=8).digest(), "little")
-                        < threshold for b in battle_ids), dtype=bool, count=len(battle_ids))
+    return np.fromiter((point < threshold for point in split_points(battle_ids, seed)), dtype=bool,
+                       count=len(battle_ids))
+
+
+def split_points(ids: list[str], seed: int | str) -> list[int]:
+    """The seeded 64-bit hash of each id that ``held_out`` compares with ``share * 2**64``: an id is held out at
+    every share above its point over 2**64."""
+    return [int.from_bytes(hashlib.blake2b(f"{seed}:{i}".encode(), digest_size=8).digest(), "little") for i in ids]
 
 
 def gather_windows(arrays: dict[str, np.ndarray], starts: np.ndarray, counts: np.ndarray,

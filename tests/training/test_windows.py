@@ -69,3 +69,39 @@ def test_the_stream_cut_at_a_resume_step_is_the_rest_of_the_uninterrupted_stream
 def test_a_stream_with_no_windows_is_an_error():
     with pytest.raises(ValueError, match="no windows"):
         window_stream(lambda e: cut_windows(_index([0, 0]), 8, 8, seed=0), 0, 4)
+
+
+class _Games:
+    """The one method ``split_games`` reads from a version: its index."""
+
+    def __init__(self, game_ids: list[str]):
+        self.game_ids = game_ids
+
+    def index(self) -> pa.Table:
+        return pa.table({"game_id": self.game_ids})
+
+
+def test_a_grown_dataset_keeps_every_game_and_battle_on_its_side():
+    """Melee's games and Pokémon's battles share one split: adding data moves no earlier id across it."""
+    from training.melee.windows import split_games
+    from training.windows import held_out
+
+    small = [f"game-{i}" for i in range(300)]
+    grown = small + [f"game-{i}" for i in range(300, 1000)]
+    train, val = split_games(_Games(small), 0.2, seed=3)
+    train2, val2 = split_games(_Games(grown * 2), 0.2, seed=3)  # each game in two rows (a union of versions)
+    assert set(val) <= set(val2) and set(train) <= set(train2) and not set(train2) & set(val2)
+    assert set(train2) | set(val2) == set(grown) and 0.15 < len(val2) / len(grown) < 0.25
+    side = dict(zip(grown, held_out(grown, 0.2, seed=3), strict=True))
+    assert {g for g in grown if side[g]} == set(val2)  # the same split as the battles'
+
+
+def test_each_side_keeps_a_game_when_there_are_two_or_more():
+    from training.melee.windows import split_games
+
+    for n in (2, 3, 5):
+        for share in (0.01, 0.99):
+            train, val = split_games(_Games([f"g{i}" for i in range(n)]), share, seed=0)
+            assert train and val and len(train) + len(val) == n
+    assert split_games(_Games(["only"]), 0.5, seed=0) == (["only"], [])
+    assert split_games(_Games(["a", "b"]), 0.0, seed=0) == (["a", "b"], [])

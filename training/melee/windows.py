@@ -9,15 +9,13 @@ right-padded and marked invalid there.
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.melee.features import STAGES, featurize
 from shards_schema.reader import ShardVersion
-from training.windows import LoadWindows, VersionUnion, cut_windows, index_columns
+from training.windows import LoadWindows, VersionUnion, cut_windows, held_out, index_columns, split_points
 
 
 def window_specs(version: ShardVersion | VersionUnion, context: int, seed: int, *, games: list[str] | None = None,
@@ -39,13 +37,23 @@ def window_specs(version: ShardVersion | VersionUnion, context: int, seed: int, 
 
 def split_games(version: ShardVersion | VersionUnion, validation_share: float,
                 seed: int) -> tuple[list[str], list[str]]:
-    """(train game ids, validation game ids): a seeded split by game, never by window (no leak across the split);
-    a game in two versions of a ``VersionUnion`` counts once, on one side."""
+    """(train game ids, validation game ids), split by game, never by window (no leak across the split), with the
+    split of the Pokémon battles (``training.windows.held_out``): a game is held out when the seeded hash of its id
+    falls below the share, so each game keeps its side as the data grows. A game in two versions of a
+    ``VersionUnion`` counts once, on one side. With two games or more and a share above 0 each side keeps at least
+    one: the game of the lowest hash is held out when none falls below the share, the highest kept when all do; a lone
+    game is trained on."""
     games = sorted(set(version.index().column("game_id").to_pylist()))
-    random.Random(seed).shuffle(games)
-    n_val = int(round(len(games) * validation_share)) if len(games) > 1 else 0
-    n_val = min(max(n_val, 1 if validation_share > 0 and len(games) > 1 else 0), len(games) - 1)
-    return sorted(games[n_val:]), sorted(games[:n_val])
+    if len(games) < 2:
+        return games, []
+    val = held_out(games, validation_share, seed)
+    if validation_share > 0:
+        points = split_points(games, seed)
+        if not val.any():
+            val[points.index(min(points))] = True
+        elif val.all():
+            val[points.index(max(points))] = False
+    return [g for g, v in zip(games, val, strict=True) if not v], [g for g, v in zip(games, val, strict=True) if v]
 
 
 class LoadFrameWindows(LoadWindows):

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from models.world_model import FrameState, Prediction, change_ratio
 from pipelines.melee.features import BINARY_FIELDS, CAT_FIELDS, CAT_INDEX, CONT_FIELDS, CONT_INDEX
+from training.losses import masked_mean
 
 HUBER_BETA = 1.0
 """Continuous changes (in change units) use a Huber loss: respawns and teleports make rare huge changes that would
@@ -71,11 +72,6 @@ def split_window(batch: dict[str, torch.Tensor]) -> tuple[FrameState, torch.Tens
     return current, batch["ctrl"][:, 1:], batch["stage"][:, :-1], targets
 
 
-def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    mask = mask.to(values.dtype)
-    return (values * mask).sum() / mask.sum().clamp(min=1.0)
-
-
 def change_units(t: Targets) -> torch.Tensor:
     """The true change of every continuous field from the input frame to the target, in change units."""
     return (t.next.cont - t.current.cont).float() / change_ratio(t.next.cont.device, torch.float32)
@@ -85,14 +81,14 @@ def losses(pred: Prediction, t: Targets) -> dict[str, torch.Tensor]:
     """Huber on continuous deltas, BCE on flags, cross-entropy per categorical field (mean over fields);
     ``total`` is their sum."""
     delta = change_units(t)
-    cont = _masked_mean(F.smooth_l1_loss(pred.cont_delta.float(), delta, beta=HUBER_BETA, reduction="none"),
+    cont = masked_mean(F.smooth_l1_loss(pred.cont_delta.float(), delta, beta=HUBER_BETA, reduction="none"),
                         t.cont_mask)
-    binary = _masked_mean(F.binary_cross_entropy_with_logits(pred.binary_logits.float(), t.next.binary.float(),
+    binary = masked_mean(F.binary_cross_entropy_with_logits(pred.binary_logits.float(), t.next.binary.float(),
                                                              reduction="none"), t.binary_mask)
     per_field = []
     for i, logits in enumerate(pred.cat_logits):
         ce = F.cross_entropy(logits.float().flatten(0, 1), t.next.cat[..., i].flatten(), reduction="none")
-        per_field.append(_masked_mean(ce.view_as(t.next.cat[..., i]), t.cat_mask[..., i]))
+        per_field.append(masked_mean(ce.view_as(t.next.cat[..., i]), t.cat_mask[..., i]))
     cat = torch.stack(per_field).mean()
     action = torch.stack([per_field[CAT_INDEX[f"{p}.action"]] for p in ("p0", "p1")]).mean()
     return {"total": cont + binary + cat, "cont": cont, "binary": binary, "cat": cat, "action": action}
