@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.replayforge-installed
 OUT ?= out
 
-.PHONY: setup setup-gpu demo test test-fast lint clean-out notebook
+.PHONY: setup setup-gpu demo test test-fast lint notebook
 
 setup: $(STAMP) node_modules/pokemon-showdown/package.json
 

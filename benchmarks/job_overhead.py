@@ -282,7 +282,7 @@ def _child_job(spec: dict) -> dict:
     if spec["variant"] == "whole-groups":
         os.environ[WHOLE_GROUPS_VAR] = "1"
     cfg = _config(spec)
-    job_module.init_ray(cfg)  # before the clock, as in benchmarks/driver_cap.py; workers inherit the variables above
+    job_module.init_ray(cfg)  # before the clock; workers inherit the variables above
     import ray
 
     job_module.ParseInputs, job_module.read_groups = timed.TimedParseInputs, timed.timed_read_groups
