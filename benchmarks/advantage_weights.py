@@ -33,12 +33,11 @@ import torch
 
 from pipelines.pokemon.observation import vocabulary
 from shards_schema.reader import open_version
-from training import losses
+from training import losses, outputs
 from training.checkpoints import read_checkpoint
 from training.pokemon.offline_rl import ADVANTAGE_BASELINES, advantage, step_mask
 from training.pokemon.windows import LoadTurnWindows, window_specs
 from training.windows import first_windows
-from tune import sweeps
 
 WEIGHT_RATIO_GOAL = 0.5
 """The critic goal: the weakest player's decisions get at most this share of the strongest's mean weight."""
@@ -163,8 +162,8 @@ def main(argv: list[str] | None = None) -> None:
         split += [{"baseline": baseline, **r, "chosen": r is chosen} for r in separated]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    sweeps.write_csv(str(out / "players.csv"), rows)
-    sweeps.write_csv(str(out / "separation.csv"), split)
+    outputs.write_csv(str(out / "players.csv"), rows)
+    outputs.write_csv(str(out / "separation.csv"), split)
     print(f"checkpoint {ckpt.where} (objective {train['objective']}, critic {train.get('critic_target', 'td')}, "
           f"baseline {train.get('advantage_baseline', 'mean')}, β {train['exp_beta']}, discount index "
           f"{train['advantage_gamma']}, step {ckpt.step})")

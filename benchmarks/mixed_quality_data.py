@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.advantage_weights import player_of
 from shards_schema.reader import open_version
-from tune import sweeps
+from training import outputs
 
 PARSE = Path(__file__).resolve().parents[1] / "pipelines" / "parse_replays.py"
 PAIRINGS = (("search", "heuristic"), ("heuristic", "random"), ("search", "random"))
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     print("[mixed] recipe: " + ("holds" if not problems else "broken: " + "; ".join(problems)))
     results = Path(args.results or args.out)
     results.mkdir(parents=True, exist_ok=True)
-    sweeps.write_csv(str(results / "composition.csv"), rows_out)
+    outputs.write_csv(str(results / "composition.csv"), rows_out)
     print(f"[mixed] wrote {results / 'composition.csv'}")
     if problems:
         sys.exit(1)

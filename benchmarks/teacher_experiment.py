@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelines.cli import command_config
+from training import outputs
 from training.checkpoints import read_checkpoint
 from training.loop import latest_checkpoint
 from training.pokemon import ladder
 from training.pokemon.evaluate import wilson_interval
-from tune import sweeps
 
 TRAINER = Path(__file__).resolve().parents[1] / "training" / "pokemon" / "offline_rl.py"
 
@@ -194,9 +194,9 @@ def main(argv: list[str] | None = None) -> None:
             checkpoints_meet=False))["matrix"]
     runs, arms = summarize(runs, matrix)
     for folder in filter(None, (cfg.out, cfg.results)):
-        sweeps.write_csv(str(Path(folder) / "runs.csv"), runs)
+        outputs.write_csv(str(Path(folder) / "runs.csv"), runs)
         if arms:
-            sweeps.write_csv(str(Path(folder) / "arms.csv"), arms)
+            outputs.write_csv(str(Path(folder) / "arms.csv"), arms)
     for a in arms:
         print(f"[experiment] {a['arm']} vs {a['opponent']} ({a['format']}): mean {a['mean']:.1%} over "
               f"{a['seeds']} seeds (lowest {a['lowest']:.1%}, highest {a['highest']:.1%}), pooled "

@@ -21,7 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.timing import peak_memory, reset_peak_memory, seconds_per_call
 from models.world_model import FrameState, WorldModel, WorldModelConfig
-from pipelines.melee.features import BINARY_FIELDS, CAT_FIELDS, CONT_FIELDS, CTRL_FEATURES
+from shards_schema.melee_features import BINARY_FIELDS, CAT_FIELDS, CONT_FIELDS, CTRL_FEATURES
 from training.melee.world_model import train_step
 
 

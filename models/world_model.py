@@ -1,9 +1,9 @@
 """Melee world model: per-frame state of both players, their controllers and projectiles → the next frame's state.
 
-The feature spec (``pipelines/melee/features.py``: layout, ``featurize``, ``unfeaturize`` and its version) is the
-contract between the frame shards, the model and the rollout: every field the model reads it also predicts
-(continuous fields as deltas of their scaled value, flags as logits, categorical fields as classes), so nothing goes
-stale when predictions are fed back. Inputs at frame t are the state of frame t and the
+The feature spec (layout and version in ``shards_schema/melee_features.py``, ``featurize`` and ``unfeaturize`` in
+``pipelines/melee/features.py``) is the contract between the frame shards, the model and the rollout: every field the
+model reads it also predicts (continuous fields as deltas of their scaled value, flags as logits, categorical fields
+as classes), so nothing goes stale when predictions are fed back. Inputs at frame t are the state of frame t and the
 controllers of frame t+1 (the inputs that produce frame t+1); the target is the state of frame t+1. The stage is a
 per-game constant and is read, not predicted; Nana (Ice Climbers' follower) is neither read nor predicted yet.
 
@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from models.mamba2 import Mamba2, Mamba2Config
-from pipelines.melee.features import BINARY_FIELDS, CAT_FIELDS, CONT_FIELDS, CTRL_FEATURES, STAGES
+from shards_schema.melee_features import BINARY_FIELDS, CAT_FIELDS, CONT_FIELDS, CTRL_FEATURES, STAGES
 
 CHANGE_RATIO = torch.tensor([step / scale for _, scale, step in CONT_FIELDS])
 """Predicted change (change units) × this = change of the model's input value."""

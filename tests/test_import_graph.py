@@ -91,3 +91,31 @@ def test_no_import_circles():
     graph = import_graph()
     assert len(graph) > 50 and graph["pipelines.parse_replays"]  # the walk found the tree
     assert circles(graph) == []
+
+
+LAYERS = ("shards_schema", "models", "pipelines", "training", "tune")
+"""The packages from the bottom up: a module imports from its own package and those below it, never above."""
+
+
+def layer_breaches(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(module, what it imports) for every import of a package above the importer's in ``LAYERS``."""
+    rank = {package: i for i, package in enumerate(LAYERS)}
+    out = []
+    for module, imported in sorted(graph.items()):
+        own = rank.get(module.split(".")[0])
+        out += [(module, other) for other in sorted(imported)
+                if own is not None and rank.get(other.split(".")[0], -1) > own]
+    return out
+
+
+def test_layer_breaches_are_found():
+    assert layer_breaches({"training.a": {"tune.b", "training.c", "models.d"}, "models.d": set()}) == [
+        ("training.a", "tune.b")]
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    """Ladders and the flywheel write their tables through ``training.outputs``, which the sweeps use too; the
+    world model reads its feature layout from ``shards_schema.melee_features``, as ``pipelines/melee/features.py``
+    does. The one import upward left: the generator's checkpoint players (``pipelines.pokemon.generated`` lets a
+    trained policy play a slot through ``training.pokemon.player``)."""
+    assert layer_breaches(import_graph()) == [("pipelines.pokemon.generated", "training.pokemon.player")]

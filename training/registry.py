@@ -16,10 +16,10 @@ from pathlib import Path
 from models.pokemon_policy import PokemonPolicy, PolicyConfig
 from models.ppo_policy import RecurrentPolicy, RecurrentPolicyConfig
 from models.world_model import WorldModel, WorldModelConfig
-from pipelines.melee.features import FEATURES_VERSION as MELEE_FEATURES_VERSION
 from pipelines.pokemon.observation import VOCAB_DIR
 from shards_schema import melee, pokemon
 from shards_schema.manifest import UPGRADE_COMMAND, Manifest
+from shards_schema.melee_features import FEATURES_VERSION as MELEE_FEATURES_VERSION
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -45,6 +45,7 @@ import numpy as np
 
 from pipelines.cli import command_config
 from shards_schema import storage
+from training import outputs
 from training.loop import init_local_ray
 from training.selfplay import SelfPlayConfig
 from training.selfplay import run as run_selfplay
@@ -226,7 +227,7 @@ def trial(config: dict) -> None:
     name = trial_name(config["lr"], config["entropy_weight"])
     cfg = sweep.selfplay_config(config["lr"], config["entropy_weight"], storage.join(sweep.out, "trials", name),
                                 config["resources"])
-    sweeps.write_text(storage.join(cfg.out, "selfplay_config.json"), json.dumps(dataclasses.asdict(cfg), indent=1))
+    outputs.write_text(storage.join(cfg.out, "selfplay_config.json"), json.dumps(dataclasses.asdict(cfg), indent=1))
     result = run_selfplay(cfg, callbacks=(window_report(sweep.window_updates),), name=name)
     if result.error is not None:
         raise RuntimeError(f"trial {name} failed: {result.error}") from result.error
@@ -298,7 +299,7 @@ def write_report(sweep: SweepConfig, rows: list[dict], log=print) -> list[dict]:
     """``ppo_sweep.csv``, ``ppo_sweep.md`` and ``ppo_sweep.png`` in the sweep's folder; each trial's last row."""
     if not rows:
         raise RuntimeError(f"no trial reported: see the trials' logs under {storage.join(sweep.out, 'tune')}")
-    sweeps.write_csv(storage.join(sweep.out, "ppo_sweep.csv"), rows)
+    outputs.write_csv(storage.join(sweep.out, "ppo_sweep.csv"), rows)
     last = last_rows(rows, sweep.grace_updates)
     lines = [f"| lr | entropy weight | updates | stopped by ASHA | return vs scripted at update {sweep.grace_updates} "
              f"| return vs scripted, last | win rate vs scripted, last | scripted games, last | policy entropy, last |",
@@ -310,7 +311,7 @@ def write_report(sweep: SweepConfig, rows: list[dict], log=print) -> list[dict]:
     lines.append(f"\nReturn vs scripted: the mean return of the games against the scripted opponents that finished in "
                  f"the last {sweep.window_updates} updates (``{METRIC}``, what ASHA compares).")
     table = "\n".join(lines) + "\n"
-    sweeps.write_text(storage.join(sweep.out, "ppo_sweep.md"), table)
+    outputs.write_text(storage.join(sweep.out, "ppo_sweep.md"), table)
     storage.write_bytes(storage.join(sweep.out, "ppo_sweep.png"), _figure(sweep, rows, last))
     log(table)
     log(f"[ppo-sweep] {len(last)} trials, {len(rows)} updates → {storage.join(sweep.out, 'ppo_sweep.png')}")
@@ -318,7 +319,7 @@ def write_report(sweep: SweepConfig, rows: list[dict], log=print) -> list[dict]:
 
 
 def _figure(sweep: SweepConfig, rows: list[dict], last: list[dict]) -> bytes:
-    plt = sweeps.pyplot()
+    plt = outputs.pyplot()
     fig, (curves, heat) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=110, gridspec_kw={"width_ratios": [1.4, 1]})
     per_trial: dict = {}
     for r in rows:
@@ -347,7 +348,7 @@ def _figure(sweep: SweepConfig, rows: list[dict], last: list[dict]) -> bytes:
     heat.set_title("each trial's metric at its last update", fontsize=9)
     fig.colorbar(image, ax=heat)
     fig.tight_layout()
-    return sweeps.png_bytes(fig)
+    return outputs.png_bytes(fig)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -35,6 +35,7 @@ from matplotlib import ticker
 from pipelines.cli import command_config
 from shards_schema import storage
 from shards_schema.reader import open_version
+from training import outputs
 from training.fit import fit
 from training.loop import init_local_ray
 from training.melee.world_model import WorldModelRecipe, WorldModelTrainConfig
@@ -298,7 +299,7 @@ def write_report(sweep: SweepConfig, target: SweepTarget, rows: list[dict], log=
     if not rows:
         raise RuntimeError(f"no trial reported {target.metric}: see the trials' logs under "
                            f"{storage.join(sweep.out, 'tune')}")
-    sweeps.write_csv(storage.join(sweep.out, "scaling.csv"), rows)
+    outputs.write_csv(storage.join(sweep.out, "scaling.csv"), rows)
     fitted = fits(rows, target)
     lines = [f"{target.metric} against:", "",
              "| loss against | exponent | 95% interval | points | R² (log-log) |", "|---|---|---|---|---|"]
@@ -306,7 +307,7 @@ def write_report(sweep: SweepConfig, target: SweepTarget, rows: list[dict], log=
         lines.append(f"| {axis} | {law.exponent:.3f} | [{law.exponent_low:.3f}, {law.exponent_high:.3f}] | "
                      f"{law.points} | {law.r2:.3f} |")
     table = "\n".join(lines) + "\n"
-    sweeps.write_text(storage.join(sweep.out, "scaling.md"), table)
+    outputs.write_text(storage.join(sweep.out, "scaling.md"), table)
     storage.write_bytes(storage.join(sweep.out, "scaling.png"), _figure(rows, fitted, target))
     log(table)
     log(f"[sweep] {len(rows)} validations → {storage.join(sweep.out, 'scaling.png')}")
@@ -314,7 +315,7 @@ def write_report(sweep: SweepConfig, target: SweepTarget, rows: list[dict], log=
 
 
 def _figure(rows: list[dict], fitted: dict, target: SweepTarget) -> bytes:
-    plt = sweeps.pyplot()
+    plt = outputs.pyplot()
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 4), dpi=110)
     curves: dict = {}
@@ -346,7 +347,7 @@ def _figure(rows: list[dict], fitted: dict, target: SweepTarget) -> bytes:
         if ax.get_legend_handles_labels()[0]:  # an axis with one point per trial has no fit and nothing to label
             ax.legend(fontsize=6)
     fig.tight_layout()
-    return sweeps.png_bytes(fig)
+    return outputs.png_bytes(fig)
 
 
 def main(argv: list[str] | None = None) -> None:

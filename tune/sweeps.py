@@ -1,18 +1,15 @@
 """What the sweep drivers under ``tune/`` share: a sweep folder is never reused, stopped trials are cleaned up
 promptly, ASHA over a trial's own step count, Tune's results on the sweep's store (a local path or a URI), each
-trial's reports read back, and the table and figure files written next to them; the trial resources the cluster
-gives, and a line as each trial ends.
+trial's reports read back; the trial resources the cluster gives, and a line as each trial ends.
 
 A driver (``tune/scaling.py``, ``tune/ppo_sweep.py``) calls, in order: ``refuse_used_out``, ``limit_forced_cleanup``
 (both before Ray starts), then ``trial_resources`` and builds its ``tune.Tuner`` with ``asha`` and ``run_config``
-(with ``trials_done``), and after ``fit`` reads ``reports`` and writes ``write_csv`` / ``write_text`` / ``png_bytes``
-files with ``shards_schema.storage``.
+(with ``trials_done``), and after ``fit`` reads ``reports`` and writes its tables and figures with
+``training.outputs``.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 from dataclasses import dataclass
 
@@ -135,36 +132,3 @@ def reports(grid, columns: tuple[str, ...]) -> list[tuple[dict, list[dict]]]:
         present = [c for c in columns if c in history]
         out.append((result.config, history[present].to_dict("records")))
     return out
-
-
-def write_csv(uri: str, rows: list[dict]) -> None:
-    """``rows`` as CSV at ``uri`` (a local path or a URI), columns in the first row's order."""
-    text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-    storage.write_bytes(uri, text.getvalue().encode())
-
-
-def write_text(uri: str, text: str) -> None:
-    storage.write_bytes(uri, text.encode())
-
-
-def png_bytes(fig) -> bytes:
-    """A matplotlib figure as PNG bytes (then closed), for ``storage.write_bytes``."""
-    data = io.BytesIO()
-    fig.savefig(data, format="png")
-    pyplot().close(fig)
-    return data.getvalue()
-
-
-def pyplot():
-    """matplotlib's pyplot on the Agg backend: files only, no display on a cluster node or in CI."""
-    # Here, not at the top: the backend is chosen before pyplot is first imported, and only by a caller that draws
-    # (importing this module leaves a notebook's backend alone); pyplot is also 0.8 s to import
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt

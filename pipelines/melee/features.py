@@ -1,5 +1,6 @@
-"""The Melee world model's feature spec, in one place: the field layout, ``featurize`` (``melee_frames`` rows →
-arrays) and ``unfeaturize`` (arrays → ``melee_frames`` rows), versioned as ``FEATURES_VERSION``.
+"""The Melee world model's features derived from frames and back: ``featurize`` (``melee_frames`` rows → arrays) and
+``unfeaturize`` (arrays → ``melee_frames`` rows), over the field layout and its ``FEATURES_VERSION`` declared in
+``shards_schema/melee_features.py``.
 
 Every field the model reads it also predicts (continuous fields as deltas of their scaled value, flags as logits,
 categorical fields as classes), so nothing goes stale when predictions are fed back. Per player: position, percent,
@@ -15,8 +16,7 @@ training reads them, so shards never need re-parsing when the spec changes: bump
 (checkpoints record it; play and fine-tuning refuse another major). Nana (Ice Climbers' follower)
 and a projectile's spawn id are not carried.
 
-The layout needs numpy only (the model imports it on machines without Arrow); ``featurize`` and ``unfeaturize``
-import pyarrow when called.
+``featurize`` and ``unfeaturize`` import pyarrow when called.
 """
 
 from __future__ import annotations
@@ -25,62 +25,23 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from shards_schema.melee_features import (
+    BINARY_FIELDS,
+    BUTTON_BITS,
+    CAT_FIELDS,
+    CAT_INDEX,
+    CONT_FIELDS,
+    CTRL_ANALOG,
+    CTRL_FEATURES,
+    CTRL_PER_PLAYER,
+    PLAYERS,
+    PROJECTILE_SLOTS,
+)
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["FEATURES_VERSION", "featurize", "unfeaturize"]
-
-FEATURES_VERSION = "1.0.0"
-"""Version of this feature spec (the field layout, ``featurize`` and ``unfeaturize``). Features are derived from
-stored frames when training reads them, so shards do not carry it; checkpoints do, and play, evaluation and
-fine-tuning refuse a checkpoint whose major differs from this code's. Bump the major when a field's position, scale
-or class count changes."""
-
-PLAYERS = ("p0", "p1")
-PROJECTILE_SLOTS = 4
-ACTION_STATES = 1024
-"""Action-state classes (ranked data holds ids up to ~525; character-specific states start at 341)."""
-
-_PLAYER_CONT = (("x", 100.0, 2.0), ("y", 100.0, 2.0), ("percent", 100.0, 10.0), ("shield", 60.0, 1.0),
-                ("state_age", 100.0, 1.0), ("hitlag", 10.0, 1.0), ("vel_self_x_air", 5.0, 0.5),
-                ("vel_self_y", 5.0, 0.5), ("vel_attack_x", 5.0, 0.5), ("vel_attack_y", 5.0, 0.5),
-                ("vel_self_x_ground", 5.0, 0.5), ("nearest_dx", 100.0, 5.0), ("nearest_dy", 100.0, 5.0))
-_SLOT_CONT = (("x", 100.0, 5.0), ("y", 100.0, 5.0), ("vx", 5.0, 0.5), ("vy", 5.0, 0.5))
-CONT_FIELDS: tuple[tuple[str, float, float], ...] = (
-    *((f"{p}.{name}", scale, step) for p in PLAYERS for name, scale, step in _PLAYER_CONT),
-    *((f"proj{k}.{name}", scale, step) for k in range(PROJECTILE_SLOTS) for name, scale, step in _SLOT_CONT),
-)
-"""(name, value scale, change scale) in game units: the model reads value / value scale and predicts the next
-frame's change / change scale (a frame moves a character ~1 unit; a value scale of 100 would make that 0.01)."""
-
-BINARY_FIELDS: tuple[str, ...] = (
-    *(f"{p}.{name}" for p in PLAYERS for name in ("airborne", "facing_right", "nearest_present")),
-    *(f"proj{k}.present" for k in range(PROJECTILE_SLOTS)),
-)
-
-_PLAYER_CAT = (("action", ACTION_STATES), ("character", 40), ("jumps", 9), ("l_cancel", 4), ("hurtbox", 4),
-               ("ground", 256), ("last_attack", 256), ("stocks", 9), ("combo", 33), ("nearest_type", 257))
-_SLOT_CAT = (("type", 257), ("state", 257), ("owner", 6))
-CAT_FIELDS: tuple[tuple[str, int], ...] = (
-    *((f"{p}.{name}", classes) for p in PLAYERS for name, classes in _PLAYER_CAT),
-    *((f"proj{k}.{name}", classes) for k in range(PROJECTILE_SLOTS) for name, classes in _SLOT_CAT),
-    ("num_projectiles", 17),
-)
-"""(name, classes) including class 0 = null."""
-
-BUTTON_BITS = (0x1, 0x2, 0x4, 0x8, 0x10, 0x20, 0x40, 0x100, 0x200, 0x400, 0x800, 0x1000)
-"""D-left, D-right, D-down, D-up, Z, R, L, A, B, X, Y, Start."""
-CTRL_ANALOG = ("main_x", "main_y", "c_x", "c_y", "trigger", "trigger_l", "trigger_r")
-CTRL_PER_PLAYER = len(BUTTON_BITS) + len(CTRL_ANALOG)
-"""Controller features of one player: 12 buttons in {0, 1}, then main_x, main_y, c_x, c_y in [-1, 1] and trigger,
-trigger_l, trigger_r in [0, 1] (the layout of ``featurize``'s ``ctrl``, p0's half then p1's)."""
-CTRL_FEATURES = len(PLAYERS) * CTRL_PER_PLAYER
-STAGES = 64
-
-CONT_INDEX = {name: i for i, (name, _, _) in enumerate(CONT_FIELDS)}
-BINARY_INDEX = {name: i for i, name in enumerate(BINARY_FIELDS)}
-CAT_INDEX = {name: i for i, (name, _) in enumerate(CAT_FIELDS)}
-
+__all__ = ["featurize", "unfeaturize"]
 
 # where each feature lives in a melee_frames row (per player fields relative to p0/p1)
 _PLAYER_PATHS = {

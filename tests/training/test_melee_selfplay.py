@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from pipelines.melee.features import BUTTON_BITS, CAT_FIELDS, CAT_INDEX, CONT_FIELDS, CONT_INDEX, CTRL_PER_PLAYER
+from shards_schema.melee_features import BUTTON_BITS, CAT_FIELDS, CAT_INDEX, CONT_FIELDS, CONT_INDEX, CTRL_PER_PLAYER
 from training.melee.env import frame_outcome, zero_sum_reward
 from training.melee.rollout_rules import Frame, normalize_controller
 from training.melee.selfplay import (

@@ -13,7 +13,8 @@ import torch
 from conftest import shared_data
 
 from models.world_model import WorldModel, WorldModelConfig
-from pipelines.melee.features import CAT_INDEX, CONT_INDEX, featurize
+from pipelines.melee.features import featurize
+from shards_schema.melee_features import CAT_INDEX, CONT_INDEX
 from training.melee.windows import LoadFrameWindows, window_specs
 from training.melee.world_model import WorldModelTrainConfig, evaluate, run, train_step, validation_windows
 from training.melee.world_model_losses import split_window

@@ -18,7 +18,8 @@ import torch
 from conftest import shared_data
 
 from models.world_model import WorldModel, WorldModelConfig
-from pipelines.melee.features import BINARY_INDEX, CAT_FIELDS, CAT_INDEX, CONT_INDEX, PLAYERS, featurize
+from pipelines.melee.features import featurize
+from shards_schema.melee_features import BINARY_INDEX, CAT_FIELDS, CAT_INDEX, CONT_INDEX, PLAYERS
 from training.melee.env import MeleeWorldEnv, frame_outcome, zero_sum_reward
 from training.melee.rollout_rules import (
     BLAST_ZONES,

@@ -9,7 +9,7 @@ from gymnasium import spaces
 from gymnasium.utils import seeding
 
 from models.world_model import WorldModel
-from pipelines.melee.features import BINARY_FIELDS, CONT_FIELDS, CTRL_PER_PLAYER, PLAYERS
+from shards_schema.melee_features import BINARY_FIELDS, CONT_FIELDS, CTRL_PER_PLAYER, PLAYERS
 from shards_schema.reader import ShardVersion, open_version
 from training.melee.rollout_rules import CLASSES, CTRL_HIGH, CTRL_LOW, Frame
 from training.melee.world_model_rollout import WorldModelSim, game_row, load_seed

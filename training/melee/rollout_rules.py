@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from models.world_model import FrameState
-from pipelines.melee.features import (
+from shards_schema.melee_features import (
     BINARY_INDEX,
     BUTTON_BITS,
     CAT_FIELDS,

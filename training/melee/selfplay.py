@@ -23,15 +23,8 @@ import torch
 
 from models.ppo_policy import RecurrentPolicy, RecurrentPolicyConfig
 from models.world_model import WorldModel, WorldModelConfig
-from pipelines.melee.features import (
-    BINARY_FIELDS,
-    BUTTON_BITS,
-    CAT_FIELDS,
-    CONT_FIELDS,
-    CTRL_PER_PLAYER,
-    PLAYERS,
-)
 from shards_schema import storage
+from shards_schema.melee_features import BINARY_FIELDS, BUTTON_BITS, CAT_FIELDS, CONT_FIELDS, CTRL_PER_PLAYER, PLAYERS
 from shards_schema.reader import open_version
 from training.checkpoints import shard_identity
 from training.melee.env import FrameOutcome, MeleeWorldEnv

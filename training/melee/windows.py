@@ -13,7 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.melee.features import STAGES, featurize
+from pipelines.melee.features import featurize
+from shards_schema.melee_features import STAGES
 from shards_schema.reader import ShardVersion
 from training.windows import LoadWindows, VersionUnion, cut_windows, held_out, index_columns, split_points
 

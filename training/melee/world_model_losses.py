@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from models.world_model import FrameState, Prediction, change_ratio
-from pipelines.melee.features import BINARY_FIELDS, CAT_FIELDS, CAT_INDEX, CONT_FIELDS, CONT_INDEX
+from shards_schema.melee_features import BINARY_FIELDS, CAT_FIELDS, CAT_INDEX, CONT_FIELDS, CONT_INDEX
 from training.losses import masked_mean
 
 HUBER_BETA = 1.0

@@ -22,7 +22,13 @@ import numpy as np
 import torch
 
 from models.world_model import FrameState, WorldModel
-from pipelines.melee.features import (
+from pipelines.melee.features import featurize, unfeaturize
+from pipelines.melee.slp import FRAME_PARQUET_OPTIONS
+from pipelines.stages import InputRecord
+from pipelines.writer import ShardWriter, VersionSpec
+from shards_schema.melee import CODE_VERSIONS as MELEE_FRAMES
+from shards_schema.melee import FRAMES_SCHEMA, GAMES_SCHEMA
+from shards_schema.melee_features import (
     BUTTON_BITS,
     CAT_INDEX,
     CONT_INDEX,
@@ -30,14 +36,7 @@ from pipelines.melee.features import (
     CTRL_PER_PLAYER,
     PLAYERS,
     STAGES,
-    featurize,
-    unfeaturize,
 )
-from pipelines.melee.slp import FRAME_PARQUET_OPTIONS
-from pipelines.stages import InputRecord
-from pipelines.writer import ShardWriter, VersionSpec
-from shards_schema.melee import CODE_VERSIONS as MELEE_FRAMES
-from shards_schema.melee import FRAMES_SCHEMA, GAMES_SCHEMA
 from training.melee.rollout_rules import (
     SCALE,
     Frame,

@@ -25,11 +25,11 @@ from pipelines.parse_replays import ParseConfig
 from pipelines.parse_replays import run as parse
 from pipelines.pokemon.generated import POLICIES, GeneratedConfig
 from shards_schema import storage
+from training import outputs
 from training.pokemon import ladder
 from training.pokemon.offline_rl import OBJECTIVES, TrainConfig
 from training.pokemon.offline_rl import run as train
 from training.pokemon.player import pinned_checkpoint
-from tune import sweeps
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,7 +159,7 @@ def run(cfg: FlywheelConfig, *, log=print) -> list[dict]:
         rows.append({"round": k, "played_by": cfg.teacher if k == 0 else rows[-1]["checkpoint"],
                      "versions": " ".join(storage.name(v) for v in versions), "checkpoint": state,
                      "checkpoint_sha256": sha256, **ladder_round(cfg, k, policy, log)})
-        sweeps.write_csv(storage.join(cfg.out, "flywheel.csv"), rows)
+        outputs.write_csv(storage.join(cfg.out, "flywheel.csv"), rows)
         log(f"[flywheel] round {k} done: {rows[-1]}")
         previous = policy
     return rows

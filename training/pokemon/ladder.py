@@ -36,11 +36,11 @@ from pipelines.cli import command_config
 from pipelines.console import eta_s, progress_line
 from pipelines.pokemon.generated import POLICIES as SCRIPTED
 from shards_schema import storage
+from training import outputs
 from training.pokemon.evaluate import RotatingTeambuilder, export_teams, wilson_interval
 from training.pokemon.players import load_player
 from training.pokemon.scripted_player import ScriptedPlayer
 from training.pokemon.showdown_server import CLIENT_TIMEOUTS, showdown_server
-from tune import sweeps
 
 BUILTIN = {"random": ("RandomPlayer", RandomPlayer), "maxbp": ("MaxBasePowerPlayer", MaxBasePowerPlayer),
            "heuristic": ("SimpleHeuristicsPlayer", SimpleHeuristicsPlayer)}
@@ -374,7 +374,7 @@ def _rounded(rows: list[dict]) -> list[dict]:
 
 def _plot(matrix: list[dict], entrants: list[Entrant], formats: list[str]) -> bytes:
     """The win-rate matrices as one PNG."""
-    plt = sweeps.pyplot()
+    plt = outputs.pyplot()
     names = [e.name for e in entrants]
     fig, axes = plt.subplots(1, len(formats), figsize=(2.2 + 1.4 * len(names) * len(formats), 1.2 + 1.1 * len(names)),
                              squeeze=False)
@@ -394,7 +394,7 @@ def _plot(matrix: list[dict], entrants: list[Entrant], formats: list[str]) -> by
         ax.set_title(f"{fmt}: row's win rate vs column", fontsize=9)
     fig.tight_layout()
     fig.set_dpi(120)
-    return sweeps.png_bytes(fig)
+    return outputs.png_bytes(fig)
 
 
 def _cell(m: dict | None) -> str:
@@ -427,7 +427,7 @@ def run(cfg: LadderConfig, *, log=print) -> dict:
     elo = elo_rows(records, entrants, cfg)
     out = storage.normalize(cfg.out)  # a local folder or a URI: files go through the store
     for name, rows in (("matches.csv", matches), ("matrix.csv", matrix), ("elo.csv", elo)):
-        sweeps.write_csv(storage.join(out, name), _rounded(rows))
+        outputs.write_csv(storage.join(out, name), _rounded(rows))
     storage.write_bytes(storage.join(out, "ladder.png"), _plot(matrix, entrants, cfg.formats))
     print_tables(matrix, elo, entrants, cfg.formats, log)
     log(f"\nwrote matches.csv, matrix.csv, elo.csv, ladder.png to {out}")
