@@ -89,19 +89,17 @@ from pipelines.parse_replays import (  # noqa: E402
     group_input_bytes,
     read_groups,
 )
-from pipelines.writer import (  # noqa: E402
-    _PARQUET_OPTIONS,
-    INDEX_COLUMN,
-    GroupResult,
+from pipelines.writer.files import PARQUET_OPTIONS  # noqa: E402
+from pipelines.writer.naming import VersionSpec  # noqa: E402
+from pipelines.writer.publish import (  # noqa: E402
     Moved,
     PublishResult,
     VersionPublisher,
-    VersionSpec,
     WrittenKeys,
     group_tables,
     group_tables_reference,
-    task_rows,
 )
+from pipelines.writer.wire import INDEX_COLUMN, GroupResult, task_rows  # noqa: E402
 from shards_schema.manifest import FileEntry  # noqa: E402
 
 SCHEMAS = {"pokemon": "hf-raw", "melee": "slp"}
@@ -563,7 +561,7 @@ def loop_breakdown(rec: Recording) -> dict[str, float]:
                 keys.claim(key, input_id)
 
     def written(table: pa.Table) -> None:
-        with pq.ParquetWriter(pa.BufferOutputStream(), table.schema, **_PARQUET_OPTIONS) as out:
+        with pq.ParquetWriter(pa.BufferOutputStream(), table.schema, **PARQUET_OPTIONS) as out:
             out.write_table(table)
 
     return {"from_arrow": best_us(lambda: GroupResult.from_arrow(row)),

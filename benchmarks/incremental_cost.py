@@ -45,7 +45,7 @@ from pipelines.melee.source import SlpSource
 from pipelines.parse_replays import ParseConfig, group_input_bytes, run
 from pipelines.ray_start import start_ray
 from pipelines.stages import pack_tasks, task_key
-from pipelines.writer import BYTES_PER_MIB
+from pipelines.writer.naming import BYTES_PER_MIB
 from shards_schema.manifest import MANIFEST_NAME, Manifest
 
 STAMP = b"2026-01-02T03:04:05Z"

@@ -85,7 +85,7 @@ if str(REPO) not in sys.path:  # run as a script: the checkout's root, so the Ra
     sys.path.insert(0, str(REPO))
 
 import pipelines.parse_replays as job_module  # noqa: E402 - after the path above
-import pipelines.writer as writer_module  # noqa: E402
+import pipelines.writer.groups as writer_module  # noqa: E402 - GroupWriter's module: its encode and put are timed
 from pipelines import stages  # noqa: E402
 from pipelines.parse_replays import GroupWriter, ParseInputs, read_groups  # noqa: E402
 

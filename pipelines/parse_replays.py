@@ -12,7 +12,7 @@ read tasks of about one shard each; read tasks read raw inputs by URI (``--input
 ``gs://`` or ``hf://``) and cut them into groups of consecutive inputs → an actor pool runs the source's ``Parser``
 on each group's inputs and writes the group's shards straight into ``OUT/<dataset>/<version>/`` (``--out`` is a
 local path or a URI) → the driver takes each group's small per-input records in input order and writes index,
-quarantine and, last, the manifest (``pipelines/writer.py``). The last line printed is the published version.
+quarantine and, last, the manifest (``pipelines/writer/``). The last line printed is the published version.
 """
 
 from __future__ import annotations
@@ -41,20 +41,12 @@ from pipelines.console import Ticker, eta_s, progress_line
 from pipelines.errors import InputError, ReadError
 from pipelines.ray_start import start_ray
 from pipelines.stages import InputRecord, ParsedBatch
-from pipelines.writer import (
-    BYTES_PER_MIB,
-    SHARD_LAYOUT,
-    EarlierVersion,
-    GroupResult,
-    GroupWriter,
-    LostInputsError,
-    ReuseError,
-    VersionPublisher,
-    VersionSpec,
-    check_name,
-    copy_reused,
-    drop_rows,
-)
+from pipelines.writer.files import drop_rows
+from pipelines.writer.groups import GroupWriter
+from pipelines.writer.naming import BYTES_PER_MIB, SHARD_LAYOUT, VersionSpec, check_name
+from pipelines.writer.publish import LostInputsError, VersionPublisher
+from pipelines.writer.reuse import EarlierVersion, ReuseError, copy_reused
+from pipelines.writer.wire import GroupResult
 from shards_schema import storage
 from shards_schema.storage import RetryPolicy, StorageError
 

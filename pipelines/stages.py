@@ -92,7 +92,7 @@ class Plan:
         """sha256 over the items' ids and sizes, in order: the planned inputs' part of a version's name, known
         before any input is read (workers write into the version as they go). The bytes read are hashed into the
         manifest's ``inputs_sha256``; an input changed in place under the same name and size is caught when the
-        version is published (``pipelines.writer.VersionConflictError``)."""
+        version is published (``pipelines.writer.publish.VersionConflictError``)."""
         digest = hashlib.sha256()
         for item in self.items:
             digest.update(f"{item['id']}\t{item.get('bytes')}\n".encode())
@@ -118,7 +118,7 @@ def pack_tasks(items: list[dict], budget_bytes: float) -> list[list[dict]]:
     Every cut depends only on the item at it and the one before, so inserting, appending or removing an item
     changes the task that holds it (and at most the one beside it) and no other: every other task has the same
     items, so the same groups, shard bytes and names (``task_key``) as before. That is what lets a job over more
-    inputs reuse an earlier version's shards (``pipelines.writer.EarlierVersion``). A running total, as before
+    inputs reuse an earlier version's shards (``pipelines.writer.reuse.EarlierVersion``). A running total, as before
     ``SHARD_LAYOUT`` 2, shifted every task after an inserted item. Task sizes vary about the budget (roughly
     exponentially: a read task cuts its groups by the bytes read, so shards are at most about the budget)."""
     tasks: list[list[dict]] = []

@@ -110,7 +110,7 @@ class Manifest:
         git_commit: commit of the code that wrote it (``unknown`` outside a git checkout).
         extra: entries beside the layout, which readers of this ``manifest_format`` that do not know them ignore:
             ``card``, the dataset card (``CardFile`` fields; absent from versions published without one);
-            ``tasks``, the read tasks' group records (``FileEntry`` fields; ``pipelines.writer.TASKS_SCHEMA``),
+            ``tasks``, the read tasks' group records (``FileEntry`` fields; ``pipelines.writer.wire.TASKS_SCHEMA``),
             what a later job over more inputs reuses this version's shards from (absent from versions published
             before them, and from versions not written by the parse job).
     """

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipelines.writer import git_commit
+from pipelines.writer.naming import git_commit
 from shards_schema import storage
 from shards_schema.manifest import major
 from training import registry

@@ -20,7 +20,8 @@ from pipelines.cli import parse_config
 from pipelines.pokemon.observation import observation_columns
 from pipelines.pokemon.parser import PokemonParser
 from pipelines.stages import InputRecord
-from pipelines.writer import BYTES_PER_MIB, ShardWriter, VersionSpec
+from pipelines.writer.naming import BYTES_PER_MIB, VersionSpec
+from pipelines.writer.publish import ShardWriter
 from shards_schema.pokemon import CODE_VERSIONS as POKEMON_TURNS
 from shards_schema.pokemon import INDEX_SCHEMA, TURNS_SCHEMA
 from shards_schema.reader import open_version

@@ -11,7 +11,9 @@ import pytest
 from conftest import shared_data
 
 from benchmarks.driver_capacity import job_config, loop_breakdown, make_inputs, record, renamed, replay
-from pipelines.writer import _PARQUET_OPTIONS, GroupResult, Moved, group_tables, group_tables_reference
+from pipelines.writer.files import PARQUET_OPTIONS
+from pipelines.writer.publish import Moved, group_tables, group_tables_reference
+from pipelines.writer.wire import GroupResult
 
 
 @pytest.fixture(scope="module", params=["melee", "pokemon"])
@@ -42,7 +44,7 @@ def test_a_renamed_group_is_new_inputs_in_new_files(recording):
 
 def _parquet(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(sink, table.schema, **_PARQUET_OPTIONS) as out:
+    with pq.ParquetWriter(sink, table.schema, **PARQUET_OPTIONS) as out:
         out.write_table(table)
     return sink.getvalue().to_pybytes()
 

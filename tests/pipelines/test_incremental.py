@@ -17,7 +17,7 @@ import pytest
 from pipelines.melee.synthetic import SyntheticGame, write_slp
 from pipelines.parse_replays import ParseConfig, run
 from pipelines.stages import pack_tasks, task_key, work_item
-from pipelines.writer import ReuseError, reuse_differences
+from pipelines.writer.reuse import ReuseError, reuse_differences
 from shards_schema import storage
 from shards_schema.manifest import MANIFEST_NAME, Manifest
 from shards_schema.reader import open_version

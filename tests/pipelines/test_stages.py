@@ -15,7 +15,8 @@ from pipelines.cli import nest, parse_config, parser_for
 from pipelines.parse_replays import ParseConfig
 from pipelines.pokemon.generated import GeneratedConfig
 from pipelines.stages import InputRecord, ParsedBatch
-from pipelines.writer import ShardWriter, VersionSpec
+from pipelines.writer.naming import VersionSpec
+from pipelines.writer.publish import ShardWriter
 from shards_schema.versions import CodeVersions
 
 SCHEMA = pa.schema([("game_id", pa.string()), ("value", pa.int64())],
@@ -81,7 +82,7 @@ def test_the_writer_takes_typed_batches(tmp_path):
 
 def test_every_source_is_registered_with_its_parser_and_options():
     names = registry.source_names()
-    assert names == ["generated", "hf-raw", "metamon", "pokechamp", "showdown-json", "slp"]
+    assert names == ["generated", "hf-raw", "metamon", "pokechamp", "showdown-json", "showdown-server", "slp"]
     for name in names:
         source = registry.source_class(name)
         assert source.name == name
@@ -110,7 +111,8 @@ def test_a_name_is_registered_once():
 
 FLAGS = ["--allow-cpu", "--battles-per-chunk", "--cpus-per-actor", "--dataset", "--date-from", "--date-to",
          "--download", "--formats", "--hub-patterns", "--hub-repo", "--input", "--min-frames", "--min-rating",
-         "--max-unreadable", "--num-battles", "--num-cpus", "--num-parse-actors", "--out", "--p1", "--p2",
+         "--max-unreadable", "--num-battles", "--num-cpus", "--num-parse-actors", "--on-replay-mismatch", "--out",
+         "--p1", "--p2",
          "--p1-teacher", "--p2-teacher", "--progress-every-s", "--reuse-from",
          "--revision", "--seed", "--shard-size-mb", "--source", "--inputs-per-batch", "--tiny"]
 
@@ -144,7 +146,7 @@ def test_flags_stay_as_they_were_and_fill_the_sections(tmp_path, capsys):
 
 def test_output_config_is_what_it_was():
     """These dicts enter version names: the same keys and values as the flat config had, and the shard layout
-    (``pipelines.writer.SHARD_LAYOUT``: read tasks cut by their items since layout 2)."""
+    (``pipelines.writer.naming.SHARD_LAYOUT``: read tasks cut by their items since layout 2)."""
     assert ParseConfig(source="generated", out="o").output_config() == {
         "dataset": "", "formats": ["gen9randombattle", "gen1ou"], "num_battles": 100, "p1": "heuristic",
         "p2": "random", "seed": 0, "shard_layout": 2, "shard_size_mb": 128.0, "source": "generated"}
@@ -162,7 +164,7 @@ def test_output_config_is_what_it_was():
 def test_a_group_sliced_from_a_larger_block_keeps_only_its_inputs():
     """What a parse actor and the driver get from Ray Data: one row of a block holding several groups."""
     from pipelines.parse_replays import _group_row
-    from pipelines.writer import GroupResult
+    from pipelines.writer.wire import GroupResult
 
     def row(input_id):
         return stages.read_row(input_id, b"bytes")
@@ -215,7 +217,7 @@ def test_a_slow_group_sends_heartbeats_that_parse_to_nothing():
     ``heartbeat_s=0``) so Ray Data's no-progress guard sees it move; without them the groups are the same, and a
     parse actor turns a heartbeat into no group at all."""
     from pipelines.parse_replays import HEARTBEAT, ParseConfig, ParseInputs, read_groups
-    from pipelines.writer import GroupResult
+    from pipelines.writer.wire import GroupResult
 
     class Listed(stages.Source):
         parser = "none"

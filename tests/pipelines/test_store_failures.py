@@ -17,7 +17,9 @@ from pipelines import parse_replays, stages
 from pipelines.melee.source import SlpSource
 from pipelines.parse_replays import ParseConfig, read_item, run, store_failure, version_spec
 from pipelines.pokemon.metamon import MetamonSource
-from pipelines.writer import GroupResult, LostInputsError, VersionPublisher, VersionSpec
+from pipelines.writer.naming import VersionSpec
+from pipelines.writer.publish import LostInputsError, VersionPublisher
+from pipelines.writer.wire import GroupResult
 from shards_schema import storage
 from shards_schema.manifest import MANIFEST_NAME
 from shards_schema.pokemon import CODE_VERSIONS as POKEMON_TURNS

@@ -18,15 +18,10 @@ import pytest
 
 from pipelines.parse_replays import ParseConfig
 from pipelines.stages import InputRecord
-from pipelines.writer import (
-    GroupResult,
-    GroupWriter,
-    ShardWriter,
-    VersionConflictError,
-    VersionPublisher,
-    VersionSpec,
-    WrittenKeys,
-)
+from pipelines.writer.groups import GroupWriter
+from pipelines.writer.naming import VersionSpec
+from pipelines.writer.publish import ShardWriter, VersionConflictError, VersionPublisher, WrittenKeys
+from pipelines.writer.wire import GroupResult
 from shards_schema import storage
 from shards_schema.manifest import CARD_NAME, MANIFEST_NAME, Manifest
 from shards_schema.reader import ShardIntegrityError, open_version, sha256_file

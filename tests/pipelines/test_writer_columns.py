@@ -13,21 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 from test_writer import INDEX_SCHEMA, SCHEMA, _files, _input, _spec
 
-from pipelines import writer
 from pipelines.stages import LOST_ERROR_TYPE, UNREADABLE, InputRecord, record_table
-from pipelines.writer import (
-    _PARQUET_OPTIONS,
-    _PLACEMENT,
-    EarlierVersion,
-    GroupResult,
-    GroupWriter,
-    Moved,
-    Placement,
-    VersionPublisher,
-    group_tables,
-    group_tables_reference,
-    task_rows,
-)
+from pipelines.writer import publish, wire
+from pipelines.writer.files import PARQUET_OPTIONS
+from pipelines.writer.groups import GroupWriter
+from pipelines.writer.publish import Moved, VersionPublisher, group_tables, group_tables_reference
+from pipelines.writer.reuse import EarlierVersion
+from pipelines.writer.wire import _PLACEMENT, GroupResult, Placement, task_rows
 from shards_schema.manifest import FileEntry
 from shards_schema.melee import GAMES_SCHEMA
 
@@ -65,12 +57,12 @@ def _mixed_group(uniform: bool = False) -> GroupResult:
 
 def _parquet(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(sink, table.schema, **_PARQUET_OPTIONS) as out:
+    with pq.ParquetWriter(sink, table.schema, **PARQUET_OPTIONS) as out:
         out.write_table(table)
     return sink.getvalue().to_pybytes()
 
 
-def _assert_same(fast: writer.GroupTables, reference: writer.GroupTables) -> None:
+def _assert_same(fast: publish.GroupTables, reference: publish.GroupTables) -> None:
     assert fast.index.equals(reference.index, check_metadata=True)
     assert fast.quarantine.equals(reference.quarantine, check_metadata=True)
     assert _parquet(fast.index) == _parquet(reference.index)
@@ -139,7 +131,7 @@ def test_a_version_published_column_wise_is_the_reference_version_to_the_byte(tm
     published by the column-wise publisher and by the reference: the same files, tasks file included."""
     inputs = [("a.slp", "g1", 2), ("b.slp", "g2", 3), ("c.slp", "g3", 1), ("d.slp", "g1", 4), ("e.slp", "g4", 2)]
 
-    def publish(out):
+    def publish_version(out):
         spec = _spec(out)
         publisher = VersionPublisher(spec, schema=SCHEMA, index_schema=INDEX_SCHEMA, keep_tasks=True)
         for name, members in (("00000-000", inputs[:3]), ("00000-001", inputs[3:])):
@@ -150,9 +142,9 @@ def test_a_version_published_column_wise_is_the_reference_version_to_the_byte(tm
             publisher.add_group(result)
         return publisher.publish()
 
-    fast = publish(tmp_path / "fast")
-    monkeypatch.setattr(writer, "group_tables", group_tables_reference)
-    reference = publish(tmp_path / "reference")
+    fast = publish_version(tmp_path / "fast")
+    monkeypatch.setattr(publish, "group_tables", group_tables_reference)
+    reference = publish_version(tmp_path / "reference")
     assert fast.manifest.counts.filtered == {"duplicate": 1}
     assert _files(fast) == _files(reference)
 
@@ -179,7 +171,7 @@ def _json_format_row(result: GroupResult) -> pa.Table:
     nested = pa.ListArray.from_arrays(pa.array([0, records.num_rows], pa.int32()),
                                       records.to_struct_array().combine_chunks())
     return pa.table({"group": [result.group], "records": nested,
-                     "files": pa.array([[f.__dict__ for f in result.files]], pa.list_(writer._FILE))})
+                     "files": pa.array([[f.__dict__ for f in result.files]], pa.list_(wire._FILE))})
 
 
 def test_a_tasks_file_row_of_the_json_format_is_still_read():

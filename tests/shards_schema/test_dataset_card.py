@@ -21,7 +21,8 @@ from huggingface_hub import DatasetCard
 from pipelines import registry
 from pipelines.parse_replays import ParseConfig, ParseInputs, version_spec
 from pipelines.stages import InputRecord
-from pipelines.writer import PublishResult, ShardWriter, VersionConflictError, VersionSpec
+from pipelines.writer.naming import VersionSpec
+from pipelines.writer.publish import PublishResult, ShardWriter, VersionConflictError
 from shards_schema import storage
 from shards_schema.card import UNKNOWN_LICENSE, card_file
 from shards_schema.manifest import CARD_NAME, MANIFEST_FORMAT, MANIFEST_NAME, Manifest

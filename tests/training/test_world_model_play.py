@@ -68,7 +68,8 @@ def frames_version(tmp_path_factory):
     from pipelines.melee.source import SlpConfig
     from pipelines.parse_replays import ParseConfig, ParseInputs
     from pipelines.stages import read_row
-    from pipelines.writer import ShardWriter, VersionSpec
+    from pipelines.writer.naming import VersionSpec
+    from pipelines.writer.publish import ShardWriter
     from shards_schema.melee import CODE_VERSIONS as MELEE_FRAMES
     from shards_schema.melee import FRAMES_SCHEMA, GAMES_SCHEMA
     from shards_schema.reader import open_version

@@ -25,7 +25,8 @@ from models.world_model import FrameState, WorldModel
 from pipelines.melee.features import featurize, unfeaturize
 from pipelines.melee.slp import FRAME_PARQUET_OPTIONS
 from pipelines.stages import InputRecord
-from pipelines.writer import ShardWriter, VersionSpec
+from pipelines.writer.naming import VersionSpec
+from pipelines.writer.publish import ShardWriter
 from shards_schema.melee import CODE_VERSIONS as MELEE_FRAMES
 from shards_schema.melee import FRAMES_SCHEMA, GAMES_SCHEMA
 from shards_schema.melee_features import (
