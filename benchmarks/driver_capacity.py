@@ -14,7 +14,7 @@ the driver stops following; and how long the driver takes to plan 10^5-10^6 work
    ``.slp`` files; made until the job's plan holds enough full groups (``inputs_for_full_groups``: how read tasks are
    cut is ``pack_tasks``'s). One input in 97 is damaged (a log cut to one line; garbage bytes), so the records carry
    quarantine rows as a real job's do. The job's own pieces run in this process, without Ray: the source's ``plan``
-   → ``stages.pack_tasks`` → ``parse_replays.read_groups`` → ``parse_replays.ParseInputs`` (parser, table, Parquet
+   → ``stages.pack_tasks`` → ``job.read.read_groups`` → ``job.parse.ParseInputs`` (parser, table, Parquet
    encode, and the shard written to a local folder), which returns each group's ``GroupResult`` row, as the job's
    actors do. Kept: six full groups (a read task's last, smaller group is read, not parsed) with the CPU time
    (``time.process_time``) of ``ParseInputs`` on each: the parse core-seconds per group. The reads' CPU is printed
@@ -26,7 +26,7 @@ the driver stops following; and how long the driver takes to plan 10^5-10^6 work
 2. Replay. A local Ray of many logical CPUs (``--logical-cpus``) runs the job's pipeline shape with the job's Ray Data
    settings: ``from_items`` (one task per group) → a read stage → an actor pool (``ActorPoolStrategy``) →
    ``iter_batches`` on the driver → ``GroupResult.from_arrow`` → ``VersionPublisher.add_group`` → ``publish()``: the
-   loop of ``pipelines/parse_replays.py`` ``run()``, with the production classes. The read stage yields a small row
+   loop of ``pipelines/job/ray_data.py`` ``run()``, with the production classes. The read stage yields a small row
    per group (no payload: the driver never touches payloads, and they travel between workers, not through it); the
    stand-in actors return a recorded group's Arrow row with its input ids, dedupe keys, group and file names
    renamed (Arrow compute, ~ms), so each replayed group is a new group of new inputs and no input is a duplicate of
@@ -82,13 +82,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pipelines import registry, stages  # noqa: E402
-from pipelines.parse_replays import (  # noqa: E402
-    ParseConfig,
-    ParseInputs,
-    configure_data_context,
-    group_input_bytes,
-    read_groups,
-)
+from pipelines.job.parse import ParseInputs  # noqa: E402
+from pipelines.job.ray_data import configure_data_context  # noqa: E402
+from pipelines.job.read import group_input_bytes, read_groups  # noqa: E402
+from pipelines.parse_replays import ParseConfig  # noqa: E402
 from pipelines.writer.files import PARQUET_OPTIONS  # noqa: E402
 from pipelines.writer.naming import VersionSpec  # noqa: E402
 from pipelines.writer.publish import (  # noqa: E402

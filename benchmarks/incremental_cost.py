@@ -40,9 +40,10 @@ import time
 import zipfile
 from pathlib import Path
 
+from pipelines.job.read import group_input_bytes
 from pipelines.melee.archives import synthetic_game
 from pipelines.melee.source import SlpSource
-from pipelines.parse_replays import ParseConfig, group_input_bytes, run
+from pipelines.parse_replays import ParseConfig, run
 from pipelines.ray_start import start_ray
 from pipelines.stages import pack_tasks, task_key
 from pipelines.writer.naming import BYTES_PER_MIB

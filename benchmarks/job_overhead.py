@@ -84,10 +84,13 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script: the checkout's root, so the Ray workers import this module too
     sys.path.insert(0, str(REPO))
 
-import pipelines.parse_replays as job_module  # noqa: E402 - after the path above
+import pipelines.job.parse as parse_module  # noqa: E402 - after the path above
+import pipelines.job.ray_data as job_module  # noqa: E402
 import pipelines.writer.groups as writer_module  # noqa: E402 - GroupWriter's module: its encode and put are timed
 from pipelines import stages  # noqa: E402
-from pipelines.parse_replays import GroupWriter, ParseInputs, read_groups  # noqa: E402
+from pipelines.job.parse import ParseInputs  # noqa: E402
+from pipelines.job.read import read_groups  # noqa: E402
+from pipelines.writer.groups import GroupWriter  # noqa: E402
 
 CACHE = REPO / ".cache" / "job_overhead"
 CORES = 2
@@ -163,7 +166,7 @@ class TimedParseInputs(ParseInputs):
         self.parser.parse = _CLOCK.wrap("parse", self.parser.parse)
         self._to_table = _CLOCK.wrap("table", self._to_table)
         if os.environ.get(WHOLE_GROUPS_VAR):  # this actor's process only
-            job_module.INPUTS_PER_PARSE_BATCH = sys.maxsize
+            parse_module.INPUTS_PER_PARSE_BATCH = sys.maxsize
         _CLOCK.take()
         _log("actor", {"pid": os.getpid(), "born": born, "ready": time.time()})
 
@@ -659,7 +662,7 @@ def main() -> None:
                         help="battles in the hf-raw table (16,000: two 128 MiB groups; quick 1,000)")
     parser.add_argument("--melee-games", type=int, default=None,
                         help="synthetic games (8,000 frames, 2.8 MB each; 760: four 512 MiB groups; quick 12)")
-    parser.add_argument("--inputs-per-batch", type=int, default=job_module.INPUTS_PER_PARSE_BATCH,
+    parser.add_argument("--inputs-per-batch", type=int, default=parse_module.INPUTS_PER_PARSE_BATCH,
                         help="inputs per Arrow table in the bare arm (the job's INPUTS_PER_PARSE_BATCH)")
     parser.add_argument("--work-dir", type=Path, default=None, help="inputs and outputs (default: a temp folder)")
     parser.add_argument("--child", help=argparse.SUPPRESS)

@@ -119,3 +119,25 @@ def test_no_module_imports_from_a_layer_above_its_own():
     does. The one import upward left: the generator's checkpoint players (``pipelines.pokemon.generated`` lets a
     trained policy play a slot through ``training.pokemon.player``)."""
     assert layer_breaches(import_graph()) == [("pipelines.pokemon.generated", "training.pokemon.player")]
+
+
+RAY_EXECUTORS = {"pipelines.ray_start", "pipelines.job.ray_data", "shards_schema.reader"}
+"""The modules of the data side that import Ray: how every entry point starts it, the parse job's wiring into Ray
+Data, and the reader's ``Dataset`` of a version. The stages, the writer, the sources and the models are plain Python."""
+
+
+def ray_importers(packages: tuple[str, ...]) -> set[str]:
+    """The modules of ``packages`` with an ``import ray`` or ``from ray...`` anywhere in them."""
+    out = set()
+    for name, path in modules().items():
+        if name.split(".")[0] not in packages:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "ray" for a in node.names) or \
+                    isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "ray" and not node.level:
+                out.add(name)
+    return out
+
+
+def test_ray_is_imported_only_by_the_data_sides_executors():
+    assert ray_importers(("pipelines", "shards_schema", "models")) == RAY_EXECUTORS

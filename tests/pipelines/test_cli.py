@@ -91,7 +91,9 @@ def test_every_flag_of_every_entry_point_has_its_doc(entry):
 def test_shard_size_mb_is_mib_in_the_help_the_writer_and_the_summary():
     from types import SimpleNamespace
 
-    from pipelines.parse_replays import ParseConfig, ParseInputs, _summary
+    from pipelines.job.parse import ParseInputs
+    from pipelines.job.progress import summary
+    from pipelines.parse_replays import ParseConfig
     from pipelines.pokemon.refeaturize import RefeaturizeConfig
 
     for cls in (ParseConfig, RefeaturizeConfig):
@@ -102,5 +104,5 @@ def test_shard_size_mb_is_mib_in_the_help_the_writer_and_the_summary():
     counts = SimpleNamespace(inputs=2, written=2, filtered={}, quarantined={}, trajectories=2, rows=10)
     manifest = SimpleNamespace(counts=counts, files=files, schema_name="melee_frames", dataset="d", version="v")
     logs: list[str] = []
-    _summary(SimpleNamespace(manifest=manifest, reused=False, uri="u"), slp.parser, 1.0, logs.append)
+    summary(SimpleNamespace(manifest=manifest, reused=False, uri="u"), slp.parser, 1.0, logs.append)
     assert "2 games, 10 frames in 2 shards (3.5 MiB)" in "\n".join(logs)  # 3.67 were it 10**6 bytes

@@ -15,7 +15,8 @@ import pytest
 from conftest import damaged_copies, needs_simulator, shared_data
 
 from pipelines.errors import InputError
-from pipelines.parse_replays import ParseConfig, ParseInputs, run
+from pipelines.job.parse import ParseInputs
+from pipelines.parse_replays import ParseConfig, run
 from pipelines.pokemon import generated, metamon
 from pipelines.pokemon.dex import known_formats, load_dex
 from pipelines.pokemon.replays import plan_row_groups, read_row_group

@@ -8,7 +8,7 @@ import pytest
 from conftest import TEACHER_BATTLES, needs_simulator
 
 from pipelines.errors import InputError, InvalidRecordError, TruncatedBattleError
-from pipelines.parse_replays import ParseInputs
+from pipelines.job.parse import ParseInputs
 from pipelines.pokemon import generated
 from pipelines.pokemon.dex import load_dex
 from pipelines.stages import SourceInputs

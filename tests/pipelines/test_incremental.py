@@ -180,7 +180,7 @@ def test_a_version_of_other_code_or_config_is_refused_with_what_differs(ray_loca
         run(_config(inputs, str(tmp_path / "new"), reuse_from=str(earlier.path), shard_size_mb=0.5), **QUIET)
     assert not (tmp_path / "new").exists() or not list((tmp_path / "new").rglob(MANIFEST_NAME))
     cfg = _config(inputs, str(tmp_path / "new"))
-    from pipelines.parse_replays import version_spec
+    from pipelines.job.config import version_spec
 
     spec = version_spec(cfg, cfg.make_source().plan())
     code = dataclasses.replace(spec.code, parser="9.0.0")

@@ -13,9 +13,13 @@ import pyarrow as pa
 import pytest
 from conftest import shared_data
 
-from pipelines import parse_replays, stages
+from pipelines import stages
+from pipelines.job import parse as parse_module
+from pipelines.job.parse import ParseInputs
+from pipelines.job.read import ReadProgress, read_groups
 from pipelines.melee.source import SlpSource
-from pipelines.parse_replays import ParseConfig, ParseInputs, ReadProgress, read_groups
+from pipelines.parse_replays import ParseConfig
+from pipelines.writer.wire import GroupResult
 from shards_schema import storage
 
 NO_WAIT = storage.RetryPolicy(attempts=2, base_s=0.0, cap_s=0.0)
@@ -80,7 +84,7 @@ def test_deferred_items_give_the_groups_and_shards_of_items_the_read_task_read(t
 def test_a_deferred_item_the_store_will_not_deliver_is_raised_or_an_accepted_loss(tmp_path, monkeypatch):
     """As ``read_item`` in a read task: retried, then the ``StorageError`` naming the input, or with
     ``max_unreadable`` one ``lost`` row quarantined as unreadable at stage ``read``; the other inputs are parsed."""
-    monkeypatch.setattr(parse_replays, "read_item", functools.partial(parse_replays.read_item, policy=NO_WAIT))
+    monkeypatch.setattr(parse_module, "read_item", functools.partial(parse_module.read_item, policy=NO_WAIT))
     root = tmp_path / "in"
     root.mkdir()
     for name in ("peppi__netplay.slp", "peppi__short_game_tbh10.slp"):
@@ -91,7 +95,7 @@ def test_a_deferred_item_the_store_will_not_deliver_is_raised_or_an_accepted_los
     (root / "peppi__netplay.slp").unlink()  # listed and grouped, gone before the actor reads it
     with pytest.raises(storage.StorageError, match=r"read of input peppi__netplay.slp from .*FileNotFoundError"):
         _parse(groups, source, str(tmp_path / "a"))
-    [result] = parse_replays.GroupResult.from_arrow(_parse(groups, source, str(tmp_path / "b"), max_unreadable=1))
+    [result] = GroupResult.from_arrow(_parse(groups, source, str(tmp_path / "b"), max_unreadable=1))
     lost, kept = result.records
     assert (lost.input_id, lost.stage, lost.reason, lost.lost) == ("peppi__netplay.slp", "read", "unreadable", True)
     assert (kept.input_id, kept.status) == ("peppi__short_game_tbh10.slp", "written")

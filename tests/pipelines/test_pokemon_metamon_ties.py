@@ -10,7 +10,8 @@ import lz4.frame
 import pyarrow as pa
 from conftest import shared_data
 
-from pipelines.parse_replays import ParseConfig, ParseInputs, run
+from pipelines.job.parse import ParseInputs
+from pipelines.parse_replays import ParseConfig, run
 from pipelines.pokemon import metamon
 from pipelines.pokemon.dex import load_dex
 from pipelines.pokemon.spectator import spectator_trajectories

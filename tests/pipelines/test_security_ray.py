@@ -112,7 +112,8 @@ def test_local_job_listens_on_loopback_and_refuses_calls_without_the_token(tmp_p
                                  {"RAY_AUTH_MODE": None, "RAY_ADDRESS": "127.0.0.1:6379"}],  # a cluster without it
                          ids=["local-disabled", "cluster-unset"])
 def test_entry_points_refuse_ray_without_token_auth(monkeypatch, tmp_path, env):
-    from pipelines.parse_replays import ParseConfig, init_ray
+    from pipelines.job.ray_data import init_ray
+    from pipelines.parse_replays import ParseConfig
     from pipelines.ray_start import RayAuthError
     from training.loop import init_local_ray
 

@@ -163,13 +163,13 @@ def test_output_config_is_what_it_was():
 
 def test_a_group_sliced_from_a_larger_block_keeps_only_its_inputs():
     """What a parse actor and the driver get from Ray Data: one row of a block holding several groups."""
-    from pipelines.parse_replays import _group_row
+    from pipelines.job.read import group_row
     from pipelines.writer.wire import GroupResult
 
     def row(input_id):
         return stages.read_row(input_id, b"bytes")
 
-    block = pa.concat_tables([_group_row("a", [row("x1")]), _group_row("b", [row("y1"), row("y2")])]).combine_chunks()
+    block = pa.concat_tables([group_row("a", [row("x1")]), group_row("b", [row("y1"), row("y2")])]).combine_chunks()
     for i, ids in enumerate([["x1"], ["y1", "y2"]]):
         inputs = stages.struct_table(block.slice(i, 1).column("inputs")[0].values)
         assert inputs.column("input_id").to_pylist() == ids
@@ -186,7 +186,7 @@ def test_read_tasks_tell_each_item_read_to_the_progress_counter():
     without it."""
     from types import SimpleNamespace
 
-    from pipelines.parse_replays import ReadProgress, read_groups
+    from pipelines.job.read import ReadProgress, read_groups
 
     class Listed(stages.Source):
         parser = "none"
@@ -216,7 +216,9 @@ def test_a_slow_group_sends_heartbeats_that_parse_to_nothing():
     """A read task whose group fills slowly yields empty ``HEARTBEAT`` rows between items (here after every item:
     ``heartbeat_s=0``) so Ray Data's no-progress guard sees it move; without them the groups are the same, and a
     parse actor turns a heartbeat into no group at all."""
-    from pipelines.parse_replays import HEARTBEAT, ParseConfig, ParseInputs, read_groups
+    from pipelines.job.parse import ParseInputs
+    from pipelines.job.read import HEARTBEAT, read_groups
+    from pipelines.parse_replays import ParseConfig
     from pipelines.writer.wire import GroupResult
 
     class Listed(stages.Source):
@@ -245,13 +247,13 @@ def test_a_slow_group_sends_heartbeats_that_parse_to_nothing():
 
 
 def test_a_group_row_equals_the_rows_converted_value_by_value():
-    """``_group_row`` wraps one joined buffer of the payloads; it is the table ``pa.array`` makes of the row dicts,
+    """``group_row`` wraps one joined buffer of the payloads; it is the table ``pa.array`` makes of the row dicts,
     with missing payloads (read errors, lost items) and for no rows at all."""
-    from pipelines.parse_replays import _READ_ROW, _group_row
+    from pipelines.job.read import READ_ROW, group_row
 
     rows = [stages.read_row("a", b"first"), stages.read_row("b", read_error="unreadable"),
             stages.read_row("c", b""), stages.read_row("d", b"\x00" * 1000), stages.read_row("e", lost="gone")]
     for some in (rows, rows[:1], rows[1:2], []):
-        reference = pa.table({"group": ["g"], "inputs": pa.array([some], pa.list_(_READ_ROW))})
-        assert _group_row("g", some).equals(reference)
-        assert _group_row("g", some).to_pylist() == reference.to_pylist()
+        reference = pa.table({"group": ["g"], "inputs": pa.array([some], pa.list_(READ_ROW))})
+        assert group_row("g", some).equals(reference)
+        assert group_row("g", some).to_pylist() == reference.to_pylist()

@@ -14,8 +14,10 @@ import pytest
 from conftest import CutFile, shared_data
 
 from pipelines import parse_replays, stages
+from pipelines.job.config import version_spec
+from pipelines.job.read import read_item
 from pipelines.melee.source import SlpSource
-from pipelines.parse_replays import ParseConfig, read_item, run, store_failure, version_spec
+from pipelines.parse_replays import ParseConfig, run, store_failure
 from pipelines.pokemon.metamon import MetamonSource
 from pipelines.writer.naming import VersionSpec
 from pipelines.writer.publish import LostInputsError, VersionPublisher

@@ -19,7 +19,9 @@ from fsspec.implementations.dirfs import DirFileSystem
 from huggingface_hub import DatasetCard
 
 from pipelines import registry
-from pipelines.parse_replays import ParseConfig, ParseInputs, version_spec
+from pipelines.job.config import version_spec
+from pipelines.job.parse import ParseInputs
+from pipelines.parse_replays import ParseConfig
 from pipelines.stages import InputRecord
 from pipelines.writer.naming import VersionSpec
 from pipelines.writer.publish import PublishResult, ShardWriter, VersionConflictError

@@ -64,9 +64,10 @@ def frames_version(tmp_path_factory):
     """A melee_frames version of two shared replays made by the parse job's own stages (its parse actor class and
     its ShardWriter), called in process without Ray Data: the job on Ray took 28 s for these two replays on the
     shared 2-core machine, this takes about 1 s."""
+    from pipelines.job.parse import ParseInputs
     from pipelines.melee.slp import FRAME_PARQUET_OPTIONS
     from pipelines.melee.source import SlpConfig
-    from pipelines.parse_replays import ParseConfig, ParseInputs
+    from pipelines.parse_replays import ParseConfig
     from pipelines.stages import read_row
     from pipelines.writer.naming import VersionSpec
     from pipelines.writer.publish import ShardWriter
