@@ -118,8 +118,8 @@ def pack_tasks(items: list[dict], budget_bytes: float) -> list[list[dict]]:
     Every cut depends only on the item at it and the one before, so inserting, appending or removing an item
     changes the task that holds it (and at most the one beside it) and no other: every other task has the same
     items, so the same groups, shard bytes and names (``task_key``) as before. That is what lets a job over more
-    inputs reuse an earlier version's shards (``pipelines.writer.reuse.EarlierVersion``). A running total, as before
-    ``SHARD_LAYOUT`` 2, shifted every task after an inserted item. Task sizes vary about the budget (roughly
+    inputs reuse an earlier version's shards (``pipelines.writer.reuse.EarlierVersion``); a running total would
+    shift every task after an inserted item. Task sizes vary about the budget (roughly
     exponentially: a read task cuts its groups by the bytes read, so shards are at most about the budget)."""
     tasks: list[list[dict]] = []
     previous_weight = 0.0
