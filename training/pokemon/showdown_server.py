@@ -20,8 +20,8 @@ from pipelines.pokemon.dex import showdown_dir
 
 CLIENT_TIMEOUTS = {"open_timeout": 120.0, "ping_interval": None}
 """poke-env client options for the local server. poke-env's default 10 s websocket handshake times out for one of a
-ladder's 12 players on 2 loaded cores: that player never joins and its battles are never played. On loopback a slow handshake is load, not a dead peer, and there is no peer for keepalive pings
-to find."""
+ladder's 12 players on 2 loaded cores: that player never joins and its battles are never played. On loopback a slow
+handshake is load, not a dead peer, and there is no peer for keepalive pings to find."""
 
 
 def free_port() -> int:
