@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first, pinned, so pip takes the local CPU wheel instead of resolving a CUDA build
 	$(PY) -m pip install --quiet "torch==2.13.0"
+	# peppi-py-vladfi installs the module peppi_py that peppi-py (an older pin) also owns: never both in one venv
+	$(PY) -m pip uninstall --quiet -y peppi-py
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 

@@ -17,16 +17,20 @@ from shards_schema.versions import CodeVersions
 
 SCHEMA_NAME = "melee_frames"
 CODE_VERSIONS = CodeVersions(
-    # 3.0.0: the games index gains complete, repaired_events and repaired_codes (major: open_version compares a
-    # version's index schema with the declared one, so neither side reads the other's index). 2.0.0: projectile
-    # slots are four named structs instead of a fixed-size list.
-    schema="3.0.0",
-    # 3.1.0: files peppi refuses for events it does not support are repaired (those events dropped) and written;
-    # rows of files parsed before are unchanged. 3.0.0: items in hand (blaster, held needles, smoke, a turnip in
-    # hand) are not projectiles; the physical L trigger Slippi 0.1-1.x write as 0.0 while L is pressed is null;
-    # winner_port is the player who did not quit an LRAS no-contest. 2.0.0: physical trigger values outside [0, 1]
-    # (garbage in Slippi 0.1-1.0 files) are null.
-    parser="3.1.0",
+    # 4.0.0: the games index gains incomplete_reasons, and complete is false for every reason listed there (major,
+    # as 3.0.0). 3.0.0: the games index gains complete, repaired_events and repaired_codes (major: open_version
+    # compares a version's index schema with the declared one, so neither side reads the other's index). 2.0.0:
+    # projectile slots are four named structs instead of a fixed-size list.
+    schema="4.0.0",
+    # 3.2.0: Slippi 3.0-3.6 files are read (peppi-py-vladfi 0.9.2, whose raw frames equal peppi-py 0.8.6's on every
+    # file both read); recordings that stopped early (raw length 0, a file cut in its events or metadata) are read up
+    # to their last whole frame; a 3.17 file's stage events and a second Gecko List no longer quarantine it; rows of
+    # files parsed before are unchanged. 3.1.0: files peppi refuses for events it does not support are repaired
+    # (those events dropped) and written; rows of files parsed before are unchanged. 3.0.0: items in hand (blaster,
+    # held needles, smoke, a turnip in hand) are not projectiles; the physical L trigger Slippi 0.1-1.x write as 0.0
+    # while L is pressed is null; winner_port is the player who did not quit an LRAS no-contest. 2.0.0: physical
+    # trigger values outside [0, 1] (garbage in Slippi 0.1-1.0 files) are null.
+    parser="3.2.0",
     observation="0.0.0",
     reparse_command="python pipelines/parse_replays.py --source slp --input <replays> --out <dir>",
     refeaturize_command=None,
@@ -238,14 +242,23 @@ class GameIndexRow:
         start_time: ``startAt`` from the metadata, if present.
         end_method: Game End method (v2+: 1 TIME, 2 GAME, 7 NO_CONTEST), null without Game End.
         winner_port: port that won (last stock, or placements), null when unknown.
-        complete: the file has a Game End event (false: a game cut off or crashed mid-play, whose end method and
-            winner are then null or from its last frame); null for rows not parsed from a replay (world-model
-            rollouts).
-        repaired_events: events dropped before parsing because peppi does not support their code in a file of this
-            version (``pipelines/melee/slp.py`` ``repair_events``; the spec lets a reader skip them): 0 for a file
-            peppi read as it is; null for rows not parsed from a replay.
-        repaired_codes: the event codes dropped from the stream and the payload table (empty when not repaired; a
-            code listed with no events is dropped from the table alone); null for rows not parsed from a replay.
+        complete: the file holds the whole recording: its Game End event, every frame, its metadata and closing
+            brace (false: ``incomplete_reasons`` says what it lacks; the end method and winner of a game without
+            Game End are null or from its last frame); null for rows not parsed from a replay (world-model rollouts).
+        incomplete_reasons: what the file lacks, in this order (empty when complete; null for rows not parsed from
+            a replay): ``raw_length_zero`` (the file was never closed: its events are read to where they stop),
+            ``raw_cut`` (the file ends before its raw element's declared length), ``partial_event`` (it ends inside
+            an event, whose bytes are dropped), ``partial_frame`` (the last frame lacks events, and is dropped),
+            ``unfinalized_frames`` (a stopped 3.7+ recording's frames after its last finalized one are dropped),
+            ``no_game_end``, ``no_metadata`` (start time null), ``no_closing_brace``
+            (``pipelines/melee/slp.py`` ``INCOMPLETE_REASONS``).
+        repaired_events: events dropped before parsing because peppi does not support them in a file of this
+            version (``pipelines/melee/slp.py`` ``repair``; the spec lets a reader skip them): 0 for a file peppi
+            read as it is; null for rows not parsed from a replay.
+        repaired_codes: the event codes of those events (empty when none). Codes peppi cannot take leave the
+            payload table too (a code listed with no events is dropped from the table alone); 16 (0x10, Message
+            Splitter) is a second Gecko List's events, which leave the stream only. Null for rows not parsed from a
+            replay.
         first_frame: the first frame number (-123 in every known version).
         num_frames: unique frames.
         rollback_frames: duplicate frame rows dropped (rollback).
@@ -267,6 +280,7 @@ class GameIndexRow:
     end_method: Annotated[int, pa.uint8()] | None
     winner_port: Annotated[int, pa.uint8()] | None
     complete: bool | None
+    incomplete_reasons: list[str] | None
     repaired_events: Annotated[int, pa.int32()] | None
     repaired_codes: list[u8] | None
     first_frame: i32

@@ -1,8 +1,10 @@
 """One Slippi replay (.slp bytes) → per-frame rows of the ``melee_frames`` schema and one games-index row.
 
-Built on peppi (Rust) through peppi-py 0.8.6: its Python wrapper drops items, so this reads the raw Arrow frames
-(``peppi_py._peppi.read_slippi``), which keep them in the ``item`` list of each frame. Everything is columnar:
-rollback dedupe, version gating and projectile summaries are numpy/Arrow operations over whole games.
+Built on peppi (Rust) through peppi-py-vladfi 0.9.2 (module ``peppi_py``; the build that reads Slippi 3.0-3.6, see
+docs/melee.md). This reads its raw Arrow frames (``peppi_py._peppi.read_slippi``), which keep items in the ``item``
+list of each frame. Everything is columnar: rollback dedupe, version gating and projectile summaries are numpy/Arrow
+operations over whole games. A file peppi refuses is rewritten once (``repair``: events peppi does not support
+dropped, a recording that stopped early cut to its last whole frame) and read again.
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ class SlpFilters:
 class _ReplayFile:
     """One reusable in-memory file per process that peppi reads replays from by path.
 
-    peppi-py 0.8.6 reads only paths. A fresh temporary file per replay cost ~0.2 µs per frame in page allocation
+    peppi's Python binding reads only paths. A fresh temporary file per replay cost ~0.2 µs per frame in page allocation
     and unlinking (a quarter of peppi's own read); an anonymous memory file that is overwritten in place keeps its
     pages. Falls back to a tmpfs temporary file where ``memfd_create`` does not exist."""
 
@@ -149,28 +151,35 @@ def _peppi_read(data: bytes | None, path: str | None):
         return peppi.read_slippi(fh.name, False)
 
 
-def _read(data: bytes, path: str | None = None) -> tuple[object, EventRepair | None]:
+def _read(data: bytes, path: str | None = None) -> tuple[object, Repair | None]:
     """peppi's raw Arrow game, and the repair it needed (None: peppi read the bytes as they are).
 
-    A file is repaired only after peppi has refused it, so a file peppi reads costs nothing more; and only when the
-    refusal can come from events peppi does not support (``repair_events``): a file whose stream cannot be walked
-    by its own payload table (cut, corrupt) is quarantined with peppi's message, as is one that still fails once
-    repaired."""
+    A file is repaired only after peppi has refused it, so a file peppi reads costs nothing more (``repair``: events
+    peppi does not support dropped, a stopped recording read up to its last whole frame). A file ``repair`` cannot
+    walk by its own payload table is quarantined with peppi's message, as is one that still fails once repaired; a
+    stopped recording without a whole frame is quarantined saying so."""
     try:
         return _peppi_read(data, path), None
     except BaseException as err:  # noqa: BLE001 - peppi raises OSError/ValueError/pyo3 panics on bad files
         if isinstance(err, (KeyboardInterrupt, SystemExit)):
             raise
         refused = err
-    repair = repair_events(data)
-    if repair is None:
-        raise _rejected(data, refused) from refused
     try:
-        return _peppi_read(repair.data, None), repair
-    except BaseException as err:  # noqa: BLE001 - as above
-        if isinstance(err, (KeyboardInterrupt, SystemExit)):
-            raise
-        raise _rejected(data, refused, f"; and after dropping {repair.summary()}: {_why(err)}") from err
+        fixed = repair(data)
+    except SlpError as err:
+        raise SlpError(f"{err} (peppi: {_why(refused)})") from refused
+    if fixed is None:
+        raise _rejected(data, refused) from refused
+    candidate, last = fixed, None
+    while candidate is not None:
+        try:
+            return _peppi_read(candidate.data, None), candidate
+        except BaseException as err:  # noqa: BLE001 - as above
+            if isinstance(err, (KeyboardInterrupt, SystemExit)):
+                raise
+            last = err
+        candidate = candidate.without_metadata
+    raise _rejected(data, refused, f"; and after {fixed.summary()}: {_why(last)}") from last
 
 
 def _why(err: BaseException) -> str:
@@ -187,6 +196,7 @@ def _rejected(data: bytes, err: BaseException, more: str = "") -> SlpError:
 
 
 _RAW_HEADER = b"{U\x03raw[$U#l"
+_METADATA_KEY = b"U\x08metadata{"
 
 
 def _well_formed(data: bytes) -> bool:
@@ -213,50 +223,88 @@ def _well_formed(data: bytes) -> bool:
 def _whole_tail(rest: bytes) -> bool:
     """Whether the bytes after the raw element close the file: the metadata object and the closing brace, or the
     brace alone."""
-    return rest == b"}" or (rest.startswith(b"U\x08metadata{") and rest.endswith(b"}}"))
+    return rest == b"}" or (rest.startswith(_METADATA_KEY) and rest.endswith(b"}}"))
 
 
 EVENT_PAYLOADS, GAME_START, GAME_END = 0x35, 0x36, 0x39
+PRE_FRAME, POST_FRAME, FRAME_START, ITEM, FRAME_BOOKEND = 0x37, 0x38, 0x3A, 0x3B, 0x3C
+MESSAGE_SPLITTER, GECKO_LIST = 0x10, 0x3D
+FRAME_EVENTS = (PRE_FRAME, POST_FRAME, FRAME_START, ITEM, FRAME_BOOKEND)
 PEPPI_EVENTS_SINCE = {
     0x36: (0, 0), 0x37: (0, 0), 0x38: (0, 0), 0x39: (0, 0),  # Game Start, pre-frame, post-frame, Game End
     0x10: (0, 0), 0x3D: (0, 0),  # Message Splitter and the Gecko List it carries
     0x3A: (2, 2),  # Frame Start
     0x3B: (3, 0), 0x3C: (3, 0),  # Item Update, Frame Bookend
-    0x3F: (3, 18), 0x40: (3, 18), 0x41: (3, 18),  # FoD platforms, Whispy blow direction, Stadium transformations
+    0x3F: (3, 17), 0x40: (3, 17), 0x41: (3, 17),  # FoD platforms, Whispy blow direction, Stadium transformations
 }
-"""Event codes peppi 2.1 (peppi-py 0.8.6, ``src/io/slippi/de.rs`` ``parse_event``) parses, and the first Slippi
-version whose frames have a column for them. peppi picks a code's column by the file's version, not by the payload
-table, so one of these codes in an older file is a Rust panic (measured on the shared files: a FoD platform event in
-the v3.16 file, an item in the v2.0 one, a Frame Start in the v0.1 one, each ``called `Option::unwrap()` on a `None`
-value``). Every other code peppi skips by its size in the payload table, as the spec wants, except where it refuses
-the file: such an event before Game Start (``Invalid event before start``), or a code declared with size 0
-(``zero-size event payload``)."""
+"""Event codes peppi (peppi-py-vladfi 0.9.2: vladfi1/peppi@f0f8688, ``src/io/slippi/de.rs`` ``parse_event``) parses,
+and the first Slippi version whose frames have a column for them. peppi picks a code's column by the file's version,
+not by the payload table, so one of these codes in an older file is a Rust panic (measured on the shared files: a FoD
+platform event in the v3.16 file, an item in the v2.0 one, a Frame Start in the v0.1 one, each ``called
+`Option::unwrap()` on a `None` value``). Every other code peppi skips by its size in the payload table, as the spec
+wants, except where it refuses the file: such an event before Game Start (``Invalid event before start``), or a code
+declared with size 0 (``zero-size event payload``). It also refuses a second Gecko List (``Multiple Gecko List events
+found``), which ``repair`` drops."""
+
+INCOMPLETE_REASONS = {
+    "raw_length_zero": "the raw element's length is 0 (the file was never closed: the console or Dolphin stopped "
+                       "recording); its events are read to where they stop",
+    "raw_cut": "the file ends before the raw element's declared length",
+    "partial_event": "the file ends inside an event; its bytes are dropped",
+    "partial_frame": "the last frame lacks events (its Frame Bookend from 3.0; before, a post-frame update); its "
+                     "events are dropped",
+    "unfinalized_frames": "frames after the last one the stream marks finalized (Frame Bookend, 3.7+) are dropped: "
+                          "rollback may still have replaced them",
+    "no_game_end": "the stream has no Game End event: end method null, the winner from the last frame",
+    "no_metadata": "the metadata after the raw element is missing or cut: start time null",
+    "no_closing_brace": "the file's closing brace is missing",
+}
+"""Why a game is not ``complete``, in the order the games index lists them (``incomplete_reasons``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class EventRepair:
-    """A replay with the events peppi does not support taken out.
+class Repair:
+    """A replay rewritten so that peppi reads it: events peppi does not support taken out, and a recording that
+    stopped early cut to its last whole frame and closed.
 
     Attributes:
-        data: the repaired file: the same UBJSON wrapper and metadata, the raw element's length and the Event
-            Payloads table rewritten, every other event byte for byte.
-        dropped: events dropped per event code (a code listed in the payload table with no events counts 0).
+        data: the repaired file: the same UBJSON wrapper, the raw element's length and the Event Payloads table
+            rewritten, every kept event byte for byte, then the metadata (or none) and the closing brace.
+        dropped: events dropped per event code (a code listed in the payload table with no events counts 0): codes
+            peppi cannot take in a file of this version, and the Message Splitter events of a second Gecko List.
+        reasons: what the file lacks, keys of ``INCOMPLETE_REASONS`` in their order (empty: a whole file).
+        stream_cut: the events stop before Game End: the recording stopped, frames after the last finalized one
+            are dropped where the version marks them.
+        without_metadata: the same repair with the file's metadata dropped, which is read when peppi refuses the
+            metadata kept here (a cut metadata object whose end looked whole); None when there is no metadata.
     """
 
     data: bytes
     dropped: dict[int, int]
+    reasons: tuple[str, ...] = ()
+    stream_cut: bool = False
+    without_metadata: Repair | None = None
 
     def summary(self) -> str:
-        return ", ".join(f"{n} event(s) 0x{code:02X}" for code, n in sorted(self.dropped.items()))
+        done = []
+        if self.dropped:
+            counts = sorted(self.dropped.items())
+            done.append("dropping " + ", ".join(f"{n} event(s) 0x{code:02X}" for code, n in counts))
+        if self.reasons:
+            done.append(f"reading what is whole ({', '.join(self.reasons)})")
+        return " and ".join(done)
 
 
 def _walk(raw: bytes, at: int, sizes: dict[int, int]):
-    """(code, first byte, end) of each event from ``at`` to the end of the raw element; a last None where an event
-    is one the table does not size or runs past the end (damaged bytes, not a skippable event)."""
+    """(code, first byte, end) of each event from ``at`` to the end of ``raw``; a last ``(None, at, why)`` where the
+    byte at ``at`` is not a code the table sizes (``"unsized"``) or its event runs past the end (``"partial"``)."""
     while at < len(raw):
         size = sizes.get(raw[at])
-        if size is None or at + 1 + size > len(raw):
-            yield None
+        if size is None:
+            yield None, at, "unsized"
+            return
+        if at + 1 + size > len(raw):
+            yield None, at, "partial"
             return
         yield raw[at], at, at + 1 + size
         at += 1 + size
@@ -267,25 +315,57 @@ def _peppi_supports(code: int, version: tuple[int, ...]) -> bool:
     return since is not None and version[:2] >= since
 
 
-def repair_events(data: bytes) -> EventRepair | None:
-    """The replay without the events peppi does not support, or None when there is nothing to drop or the file is
-    not whole enough to repair.
+def _tails(rest: bytes) -> list[tuple[bytes, tuple[str, ...]]] | None:
+    """What may close the repaired file, best first: (bytes after the raw element, what they lack); None when
+    ``rest`` is neither the file's closing bytes nor the start of them (damaged bytes)."""
+    if _whole_tail(rest):
+        return [(rest, ())]
+    if rest.startswith(_METADATA_KEY):  # a cut metadata object, or a whole one without the file's closing brace
+        closed = [(rest + b"}", ("no_closing_brace",))] if rest.endswith(b"}") else []
+        return [*closed, (b"}", ("no_metadata",))]
+    if _METADATA_KEY.startswith(rest):
+        return [(b"}", ("no_metadata",))]
+    return None
+
+
+def _reason_order(reasons) -> tuple[str, ...]:
+    return tuple(r for r in INCOMPLETE_REASONS if r in set(reasons))
+
+
+def repair(data: bytes) -> Repair | None:
+    """The replay rewritten so that peppi can read it, or None when there is nothing to rewrite or the file is too
+    damaged to walk; raises ``SlpError`` for a recording that stops before its first whole frame.
 
     The spec lets a reader skip any event, since Event Payloads (0x35, first in the raw element) gives every code's
-    payload size. This walks the raw element's events by that table: every event must be one the table sizes, the
-    walk must end exactly at the raw element's declared length (a file still being written, length 0, is not
-    repaired) and the metadata and closing brace must follow it; the first Game Start gives the version, and only
-    events to drop may precede it. The events
-    of codes peppi cannot take in a file of that version (``PEPPI_EVENTS_SINCE``) are dropped and their entries
-    leave the payload table; nothing else changes. The walk is Python, ~0.7 µs per event (29 ms for the 42,963
-    events of the shared peppi__v2.0.slp, ~0.1 s for an 8-minute v3 game), which is why it runs only on files peppi
-    has refused, and stops after Game Start when the payload table lists nothing to drop."""
+    payload size. This walks the raw element's events by that table; the first Game Start gives the version, and only
+    events to drop may precede it.
+
+    - Events peppi does not support: the events of codes peppi cannot take in a file of that version
+      (``PEPPI_EVENTS_SINCE``) are dropped and their entries leave the payload table, and so are the Message Splitter
+      events of a second Gecko List; nothing else changes. In a whole file (the walk ends exactly at the raw
+      element's declared length, the metadata and closing brace follow) with no such code in its table, the walk
+      stops at the first frame event.
+    - A recording that stopped: a raw element of length 0 (the file was never closed) or one that runs past the
+      end of the file is read event by event until the events stop (the end of the file, or the first byte that is
+      not an event, which must start the metadata), then cut to its last whole frame: through its last Frame
+      Bookend from 3.0; before, through the last frame whose every pre-frame update has its post-frame update and
+      which holds every player. A raw element whose declared length fits the file must be whole; the metadata and
+      closing brace after it may be missing or cut (``_tails``).
+
+    The walk is Python, ~0.7 µs per event (29 ms for the 42,963 events of the shared peppi__v2.0.slp, ~0.1 s for an
+    8-minute v3 game), which is why it runs only on files peppi has refused."""
     head = len(_RAW_HEADER)
     if not data.startswith(_RAW_HEADER) or len(data) < head + 6:
         return None
-    raw_len = int.from_bytes(data[head:head + 4], "big")
-    raw, rest = data[head + 4:head + 4 + raw_len], data[head + 4 + raw_len:]
-    if raw_len < 2 or len(raw) < raw_len or raw[0] != EVENT_PAYLOADS or raw[1] % 3 != 1 or not _whole_tail(rest):
+    declared = int.from_bytes(data[head:head + 4], "big")
+    body = data[head + 4:]
+    open_end = declared == 0 or declared > len(body)  # never closed, or cut: the events say where they stop
+    raw, rest = (body, b"") if open_end else (body[:declared], body[declared:])
+    if raw[:1] != bytes([EVENT_PAYLOADS]) or (len(raw) > 1 and raw[1] % 3 != 1):
+        return None
+    if len(raw) < 2 or 1 + raw[1] > len(raw):
+        if open_end:
+            raise SlpError("the recording stops in its Event Payloads table: no whole frame")
         return None
     table_end = 1 + raw[1]
     sizes: dict[int, int] = {}
@@ -293,41 +373,114 @@ def repair_events(data: bytes) -> EventRepair | None:
         sizes[raw[at]] = int.from_bytes(raw[at + 1:at + 3], "big")
     if GAME_START not in sizes or GAME_END not in sizes or EVENT_PAYLOADS in sizes:
         return None
+    tails = _tails(rest) if not open_end else []
+    if tails is None:
+        return None
+    whole_file = not open_end and not tails[0][1]
     walk = _walk(raw, table_end, sizes)
     before_start = []  # the events up to Game Start, which gives the version
     for span in walk:
-        if span is None:
+        if span[0] is None:
+            if open_end and span[2] == "partial":
+                raise SlpError("the recording stops before its Game Start is whole: no whole frame")
             return None
         before_start.append(span)
         if span[0] == GAME_START:
             break
     else:
+        if open_end:
+            raise SlpError("the recording stops before its Game Start: no whole frame")
         return None
     _, start, start_end = before_start[-1]
-    if start_end - start < 4:
+    if start_end - start < 4 + 0x66 + 0x24 * 3:
         return None
     version = tuple(raw[start + 1:start + 4])
+    players = {port for port in range(4) if raw[start + 0x66 + 0x24 * port] != 3}  # player type 3: empty slot
     drop = {code for code in sizes if code != GAME_START and not _peppi_supports(code, version)}
-    if not drop or any(code not in drop for code, _, _ in before_start[:-1]):
-        return None  # nothing to drop (the frames are not walked), or an event peppi knows before Game Start
-    spans = [*before_start, *walk]
-    if spans[-1] is None:
-        return None
-    dropped = dict.fromkeys(drop, 0)
-    body, run_start, run_end = [], start, start
-    for code, first, end in spans:
+    if any(code not in drop for code, _, _ in before_start[:-1]):
+        return None  # an event peppi knows before Game Start
+    gecko_size = sizes.get(MESSAGE_SPLITTER, 0)
+    dropped_spans = [(code, first, end) for code, first, end in before_start[:-1]]
+    geckos = 0  # whole Gecko Lists read so far
+    last_end, game_end, stop = start_end, None, None
+    bookend_end = None  # end of the last Frame Bookend (3.0+)
+    frame_id, pres, posts, frame_whole_end = None, set(), set(), None  # the last frame's events (before 3.0)
+    for code, first, end in walk:
+        if code is None:
+            stop = (first, end)
+            break
         if code in drop:
-            dropped[code] += 1
-            continue
-        if first != run_end:  # a dropped event ended the run of kept bytes
-            body.append(raw[run_start:run_end])
-            run_start = first
-        run_end = end
-    body.append(raw[run_start:run_end])
+            dropped_spans.append((code, first, end))
+        elif code == MESSAGE_SPLITTER and gecko_size >= 516 and raw[first + 515] == GECKO_LIST:
+            if geckos:  # a second Gecko List: peppi refuses it, and frames do not use it
+                dropped_spans.append((code, first, end))
+            elif raw[first + 516]:  # the last block of the first list
+                geckos = 1
+        elif code == GECKO_LIST:
+            if geckos:
+                dropped_spans.append((code, first, end))
+            geckos = 1
+        elif code == FRAME_BOOKEND:
+            bookend_end = end
+        elif code == GAME_END:
+            game_end = end
+            if open_end:
+                last_end = end
+                break
+        elif version < (3, 0) and code in (PRE_FRAME, POST_FRAME, FRAME_START) and end - first >= 7:
+            this = int.from_bytes(raw[first + 1:first + 5], "big", signed=True)
+            if this != frame_id:
+                if frame_id is not None:
+                    frame_whole_end = first  # every event before this one belongs to whole frames
+                frame_id, pres, posts = this, set(), set()
+            if code != FRAME_START:
+                (pres if code == PRE_FRAME else posts).add((raw[first + 5], raw[first + 6]))
+        if whole_file and not drop and code in FRAME_EVENTS and len(dropped_spans) == 0:
+            return None  # nothing to drop
+        last_end = end
+    if stop is not None and not open_end:
+        return None  # a declared-whole raw element whose events do not walk: damaged
+    reasons: list[str] = []
+    keep_end = last_end
+    stream_cut = open_end and game_end is None
+    if open_end:
+        tail_at = stop[0] if stop is not None and stop[1] == "unsized" else last_end if game_end else len(raw)
+        tails = _tails(raw[tail_at:]) if tail_at < len(raw) else [(b"}", ("no_metadata",))]
+        if tails is None:
+            return None  # bytes that are neither events nor the metadata: damaged, not a stopped recording
+    if stream_cut:
+        reasons.append("raw_length_zero" if declared == 0 else "raw_cut")
+        if stop is not None and stop[1] == "partial":
+            reasons.append("partial_event")
+        if version >= (3, 0):
+            whole_end = bookend_end
+        elif pres and pres == posts and players <= {port for port, follower in posts if not follower}:
+            whole_end = last_end
+        else:
+            whole_end = frame_whole_end
+        if whole_end is None:
+            raise SlpError(f"the recording stops before its first whole frame ({', '.join(_reason_order(reasons))})")
+        if whole_end < last_end:
+            reasons.append("partial_frame")
+        keep_end = whole_end
+    kept_drops = [(code, first, end) for code, first, end in dropped_spans if end <= keep_end]
+    if not kept_drops and not drop and not reasons and not tails[0][1]:
+        return None  # nothing to rewrite (a raw length of 0 alone does not stop peppi)
+    dropped = dict.fromkeys(drop, 0)
+    body_parts, at = [], table_end
+    for code, first, end in kept_drops:
+        dropped[code] = dropped.get(code, 0) + 1
+        body_parts.append(raw[at:first])
+        at = end
+    body_parts.append(raw[at:keep_end])
     table = b"".join(raw[at:at + 3] for at in range(2, table_end, 3) if raw[at] not in drop)
-    new_raw = bytes([EVENT_PAYLOADS, len(table) + 1]) + table + b"".join(body)
-    repaired = _RAW_HEADER + len(new_raw).to_bytes(4, "big") + new_raw + rest
-    return EventRepair(data=repaired, dropped=dropped)
+    new_raw = bytes([EVENT_PAYLOADS, len(table) + 1]) + table + b"".join(body_parts)
+    wrapped = _RAW_HEADER + len(new_raw).to_bytes(4, "big") + new_raw
+    out = None
+    for tail, lacks in reversed(tails):
+        out = Repair(data=wrapped + tail, dropped=dropped, reasons=_reason_order([*reasons, *lacks]),
+                     stream_cut=stream_cut, without_metadata=out)
+    return out
 
 
 def _field(struct: pa.StructArray | None, *path: str) -> pa.Array | None:
@@ -555,6 +708,11 @@ def parse_slp(data: bytes, *, input_id: str, source: str, filters: SlpFilters, s
     frames = game.frames
     if frames is None or len(frames) == 0:
         raise SlpError("the replay has no frames")
+    reasons = list(repair.reasons) if repair else []
+    if repair is not None and repair.stream_cut and version >= (3, 7):
+        frames = _finalized(frames, reasons)
+    if game.end is None:
+        reasons.append("no_game_end")
     ids = frames.field("id").to_numpy()
     # Rollback re-sends frames with the same id: keep the last copy of each (it is the one the game kept).
     unique_ids, last_from_end = np.unique(ids[::-1], return_index=True)
@@ -619,12 +777,31 @@ def parse_slp(data: bytes, *, input_id: str, source: str, filters: SlpFilters, s
         "start_time": (game.metadata or {}).get("startAt"),
         "end_method": END_METHODS.get((game.end or {}).get("method")) if game.end else None,
         "winner_port": _winner(game.end, port_names, stocks),
-        "complete": game.end is not None,
+        "complete": not reasons,
+        "incomplete_reasons": _reason_order(reasons),
         "repaired_events": sum(repair.dropped.values()) if repair else 0,
         "repaired_codes": sorted(repair.dropped) if repair else [],
         "first_frame": int(unique_ids[0]), "num_frames": n, "rollback_frames": int(len(ids) - n),
         "row_start": 0, "num_rows": n,  # relative to this game; the writer makes them shard offsets
     }
+
+
+def _finalized(frames: pa.StructArray, reasons: list[str]) -> pa.StructArray:
+    """The frames of a stopped 3.7+ recording up to the last one its stream marks finalized: the last Frame
+    Bookend's ``latest_finalized_frame``. Rollback can re-send a later frame with other values, but never one at or
+    before that frame (so each kept frame's last copy is the one the whole recording would hold); on a console,
+    without rollback, it is the frame itself. Adds ``unfinalized_frames`` to ``reasons`` when frames are dropped."""
+    finalized = _field(frames, "end", "latest_finalized_frame")
+    if finalized is None or finalized[len(frames) - 1].as_py() is None:
+        return frames
+    keep = pc.less_equal(frames.field("id"), finalized[len(frames) - 1])
+    if pc.all(keep).as_py():
+        return frames
+    reasons.append("unfinalized_frames")
+    frames = frames.filter(keep)
+    if len(frames) == 0:
+        raise SlpError("the recording stops before its first finalized frame")
+    return frames
 
 
 def _winner(end: dict | None, port_names: list[str], stocks: list[np.ndarray]) -> int | None:

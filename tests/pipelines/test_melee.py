@@ -191,12 +191,17 @@ def test_winner_golden(name, winner):
     assert _parse_shared(name)[1]["winner_port"] == winner
 
 
-def test_truncated_and_garbage_files_are_typed_errors():
+def test_garbage_and_files_cut_before_a_whole_frame_are_typed_errors():
+    """A file cut after whole frames is read up to them (tests/pipelines/test_melee_salvage.py); one cut before its
+    first whole frame, or bytes that are no replay, are ``unreadable_slp``."""
     data = write_slp(SyntheticGame(num_frames=300))
-    for damaged in (data[: len(data) // 2], data[:-1], b"not a replay", data[:15]):
+    first_bookend = data.index(bytes([0x3C, 0xFF, 0xFF, 0xFF, 0x85]))  # the Frame Bookend of frame -123
+    for damaged in (b"not a replay", data[:15], data[:400], data[:first_bookend + 5]):
         with pytest.raises(SlpError) as caught:
             parse_slp(damaged, input_id="bad", source="slp", filters=ALL)
         assert caught.value.reason == "unreadable_slp"
+    table, game = parse_slp(data[:first_bookend + 9], input_id="one frame", source="slp", filters=ALL)
+    assert (table.num_rows, game["complete"]) == (1, False)
 
 
 def test_complete_replay_peppi_rejects_has_its_own_reason():
@@ -235,20 +240,26 @@ def test_slp_job_on_archives(ray_local, tmp_path):
             archive.addfile(info, io.BytesIO(data))
     with py7zr.SevenZipFile(root / "d.7z", "w") as archive:
         archive.writestr(games[4], "four.slp")
-    (root / "cut.slp").write_bytes(games[5][:2000])
+    (root / "cut.slp").write_bytes(games[5][:len(games[5]) * 2 // 3])  # a stopped recording: its whole frames
+    (root / "cut_early.slp").write_bytes(games[5][:2000])  # stopped before its 100th frame
+    (root / "cut_in_game_start.slp").write_bytes(games[5][:400])  # no whole frame
     (root / "cpu.slp").write_bytes(write_slp(SyntheticGame(num_frames=300, cpu=(0,))))
     cfg = ParseConfig.tiny(source="slp", input=str(root), out=str(tmp_path / "out"), min_frames=100)
     version = open_version(run(cfg, log=lambda *_: None).path)
     c = version.manifest.counts
-    assert (c.inputs, c.written) == (14, 8) and c.reconciles()
-    assert c.filtered == {"cpu_player": 1, "duplicate": 1, "not_a_replay": 2}
+    assert (c.inputs, c.written) == (16, 9) and c.reconciles()
+    assert c.filtered == {"cpu_player": 1, "duplicate": 1, "not_a_replay": 2, "too_short": 1}
     assert sum(c.quarantined.values()) == 2
     index = version.index().to_pylist()
     assert {r["input_id"] for r in index} == {"a.slp", "b.zip::x/one.slp", "b.zip::x/two.slp",
                                               "c.tar.gz::three.slp", "d.7z::four.slp", "e.zip::g6.slp",
-                                              "e.zip::g8.slp", "LOUD.SLP"}
+                                              "e.zip::g8.slp", "LOUD.SLP", "cut.slp"}
+    cut = next(r for r in index if r["input_id"] == "cut.slp")
+    assert not cut["complete"] and "raw_cut" in cut["incomplete_reasons"] and 100 < cut["num_frames"] < 350
+    assert all(r["complete"] for r in index if r["input_id"] != "cut.slp")
     quarantined = {r["input_id"]: r["reason"] for r in version.quarantine().to_pylist()}
-    assert quarantined["e.zip::g7.slp"] == "corrupt_input" and quarantined["cut.slp"] == "unreadable_slp"
+    assert quarantined["e.zip::g7.slp"] == "corrupt_input" and quarantined["cut_in_game_start.slp"] == "unreadable_slp"
+    assert quarantined["cut_early.slp"] == "too_short"
     assert {i for i, reason in quarantined.items() if reason == "not_a_replay"} == {"notes.txt",
                                                                                   "b.zip::x/notes.txt"}
     game = index[2]

@@ -1,7 +1,8 @@
 """Melee files peppi refuses: events it does not support are dropped by the payload table and the game parsed, a
 game without Game End is flagged incomplete, and a peppi panic is a quarantine row with peppi's message. Real shared
 replays edited byte by byte (``slp_format.md`` §1.1-1.2: a UBJSON wrapper, the raw element's length, Event
-Payloads first, then events each one command byte and a payload of the size the table gives)."""
+Payloads first, then events each one command byte and a payload of the size the table gives). Recordings that
+stopped early are tests/pipelines/test_melee_salvage.py's."""
 
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def _frames_equal(a, b) -> bool:
     return a.drop_columns(["game_id"]).equals(b.drop_columns(["game_id"]))
 
 
-# Each refusal measured with peppi-py 0.8.6 (peppi 2.1):
+# Each refusal measured with peppi-py-vladfi 0.9.2 (vladfi1/peppi@f0f8688), and the same with peppi-py 0.8.6:
 REFUSED = {
     "unknown event before Game Start": (  # OSError: invalid data: Invalid event before start: 0x50
         "peppi__v3.12.slp", UNKNOWN, 4, True, "Invalid event before start"),
@@ -135,18 +136,21 @@ def test_a_game_without_game_end_is_incomplete_and_still_parses(tmp_path):
     expected, expected_game = _parse(original)
     assert _frames_equal(table, expected)
     assert (game["complete"], game["end_method"], expected_game["complete"]) == (False, None, True)
+    assert (game["incomplete_reasons"], expected_game["incomplete_reasons"]) == (("no_game_end",), ())
     assert expected_game["end_method"] == 2 and game["repaired_events"] == 0  # 2: GAME
 
 
-def test_cut_or_corrupt_files_stay_quarantined_and_are_not_repaired():
+def test_corrupt_files_stay_quarantined_and_are_not_repaired():
     """A file that needs repair but is damaged too keeps peppi's own refusal: its stream cannot be walked by the
-    payload table, so nothing is dropped."""
+    payload table, so nothing is dropped. (A file that is only cut is a stopped recording: read up to its last whole
+    frame, test_melee_salvage.py.)"""
     _, edited, _ = _with_events("peppi__v3.16.slp", 0x3F, 9)
     sizes, events, rest = _split(edited)
     at = len(HEADER) + 4 + 1 + 3 * len(sizes) + 1 + sum(len(e) for e in events[:40])
     damaged = {
-        "cut in the frames": (edited[:len(edited) // 2], "unreadable_slp"),
-        "cut in the last event": (edited[:-len(rest) - 3] + rest, "unreadable_slp"),
+        # bytes taken out of the last event, the metadata after it: the declared raw length now ends inside the
+        # metadata, and what follows is neither the metadata nor the closing brace
+        "bytes missing in the last event": (edited[:-len(rest) - 3] + rest, "unreadable_slp"),
         # the outer structure is whole, so this is unsupported_slp (as before repairs): _well_formed does not walk
         # the events, which would cost every refused file ~0.7 µs per event
         "an event the table does not size": (edited[:at] + bytes([0x77]) + edited[at + 1:], "unsupported_slp"),
@@ -158,23 +162,52 @@ def test_cut_or_corrupt_files_stay_quarantined_and_are_not_repaired():
         assert "after dropping" not in str(caught.value), what  # quarantined with peppi's own refusal
 
 
+def test_a_cut_file_that_needs_repair_is_repaired_and_read_up_to_the_cut():
+    original, edited, _ = _with_events("peppi__v3.16.slp", 0x3F, 9)
+    table, game = _parse(edited[:len(edited) // 2])
+    expected, _ = _parse(original)
+    assert 0 < table.num_rows < expected.num_rows and _frames_equal(table, expected.slice(0, table.num_rows))
+    assert game["repaired_codes"] == [0x3F] and game["repaired_events"] > 0 and not game["complete"]
+    assert {"raw_cut", "partial_event", "no_game_end", "no_metadata"} <= set(game["incomplete_reasons"])
+
+
 def test_a_peppi_panic_is_a_quarantine_row_with_its_message(tmp_path):
-    """peppi 2.1 panics on every Slippi 3.0-3.6 file (docs/melee.md): its Frame Bookend struct has no
-    field before 3.7 and arrow2 refuses a struct array without fields. The v3.7 netplay replay relabelled 3.3.0 (3
-    bytes of Game Start) is the reproduction."""
-    original = shared_data("melee", "slp", "peppi__netplay.slp").read_bytes()
-    start = original.index(bytes([0x36, 3, 7, 0]), len(HEADER) + 4)
-    relabelled = original[:start + 1] + bytes([3, 3, 0]) + original[start + 4:]
+    """peppi asserts that a stage event belongs to the frame it is in: a FoD platform event of the v3.18 file given
+    another frame id (4 bytes) is a Rust panic, which pyo3 raises as ``PanicException`` (a ``BaseException``)."""
+    original = shared_data("melee", "slp", "peppi__v3.18.slp").read_bytes()
+    sizes, events, rest = _split(original)
+    at = next(k for k, e in enumerate(events) if e[0] == 0x3F)
+    frame = struct.unpack(">i", events[at][1:5])[0]
+    moved = events[at][:1] + struct.pack(">i", frame + 1000) + events[at][5:]
+    edited = _join(sizes, [*events[:at], moved, *events[at + 1:]], rest)
     with pytest.raises(BaseException) as panic:
-        _peppi(relabelled, tmp_path)
+        _peppi(edited, tmp_path)
     assert type(panic.value).__name__ == "PanicException" and not isinstance(panic.value, Exception)
-    assert "A StructArray must contain at least one field" in str(panic.value)
     with pytest.raises(UnsupportedSlpError) as caught:
-        _parse(relabelled)
+        _parse(edited)
     assert caught.value.reason == "unsupported_slp"
-    assert "PanicException: called `Result::unwrap()` on an `Err` value: OutOfSpec(\"A StructArray must contain " \
-           "at least one field\")" in str(caught.value)
+    assert f"PanicException: assertion `left == right` failed\n  left: {frame + 1000}\n right: {frame}" in \
+        str(caught.value)
     assert _parse(original)[1]["num_frames"] > 0  # peppi reads the next file after a panic
+
+
+def test_a_second_gecko_list_is_dropped(tmp_path):
+    """peppi-py-vladfi refuses a second Gecko List (``Multiple Gecko List events found``; peppi-py 0.8.6 read it):
+    the Message Splitter events that carry it are dropped, the first list stays, and the frames are the original's.
+    The v3.7 netplay replay with its Gecko List's 61 splitter events sent twice."""
+    original = shared_data("melee", "slp", "peppi__netplay.slp").read_bytes()
+    sizes, events, rest = _split(original)
+    splitters = [k for k, e in enumerate(events) if e[0] == 0x10]
+    assert splitters == list(range(splitters[0], splitters[-1] + 1)) and events[splitters[-1]][516] == 1  # last
+    twice = _join(sizes, [*events[:splitters[-1] + 1], *(events[k] for k in splitters), *events[splitters[-1] + 1:]],
+                  rest)
+    with pytest.raises(OSError, match="Multiple Gecko List events found"):
+        _peppi(twice, tmp_path)
+    table, game = _parse(twice)
+    expected, expected_game = _parse(original)
+    assert _frames_equal(table, expected)
+    assert (game["repaired_events"], game["repaired_codes"], game["complete"]) == (len(splitters), [0x10], True)
+    assert game["end_method"] == expected_game["end_method"] and game["start_time"] == expected_game["start_time"]
 
 
 @pytest.mark.parametrize("case", ["FoD platform events in a v3.16 file", "unknown event before Game Start"])
