@@ -63,6 +63,14 @@ class SimulatorError(InputError):
     stage, reason = "generate", "simulator_error"
 
 
+class ReplayMismatchError(InputError):
+    """A Showdown server log whose ``inputLog``, replayed on the pinned simulator, is not the battle the record holds
+    (another simulator version, a cut input log), where its recorded log is not to be read instead (it has none, or
+    the job asks for exact trajectories only: ``--on-replay-mismatch quarantine``)."""
+
+    stage, reason = "validate", "replay_mismatch"
+
+
 class NoActivePokemonError(InputError):
     """A decision at which the player has no active Pokémon: there is nothing to choose a move for, so the row
     would be a made-up decision. Seen in logs whose leads switch in after ``|turn|1``."""

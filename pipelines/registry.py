@@ -13,6 +13,7 @@ from pipelines.melee.source import SlpSource
 from pipelines.pokemon.generated import GeneratedSource
 from pipelines.pokemon.metamon import MetamonSource
 from pipelines.pokemon.replays import HfRawSource, PokechampSource, ShowdownJsonSource
+from pipelines.pokemon.server_logs import ShowdownServerSource
 from pipelines.stages import Source
 from shards_schema.card import UNKNOWN_LICENSE, SourceLicense
 
@@ -49,5 +50,6 @@ def options_classes() -> dict[str, type]:
     return {name: cls.options_class for name, cls in sorted(SOURCES.items())}
 
 
-for _source in (GeneratedSource, MetamonSource, ShowdownJsonSource, HfRawSource, PokechampSource, SlpSource):
+for _source in (GeneratedSource, MetamonSource, ShowdownJsonSource, ShowdownServerSource, HfRawSource, PokechampSource,
+                SlpSource):
     register_source(_source)

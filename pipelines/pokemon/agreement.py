@@ -5,6 +5,10 @@ battle goes through ``spectator_trajectories``. This module aligns the two decis
 field, how often they agree. Actions are compared by meaning (which move, which switch target, terastallized or
 not), since the reconstruction orders move slots by first reveal and the simulator by the real moveset.
 
+The same comparison runs on server battle logs (``add_server_logs``): each player's exact trajectory from the
+replayed input log against the reconstruction from the log the server recorded, which is how a server log whose
+input log does not replay is read (``pipelines/pokemon/server_logs.py``).
+
 ``action.visible_identical`` counts every decision whose action a spectator can see: those the reconstruction
 infers, and those where it records -1 although the log shows the chosen move or switch in that turn
 (``visible_choices``, its own reading of the log: it shares with the parser only how a ``|cant|`` line names
@@ -17,7 +21,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pipelines.pokemon import generated
+from pipelines.pokemon import generated, input_log, server_logs
 from pipelines.pokemon.dex import Dex, UnknownDexEntry, gen_of_format, load_dex, move_id, to_id
 from pipelines.pokemon.spectator import cant_actor_and_move, spectator_trajectories
 from shards_schema.pokemon import NUM_MOVES, NUM_SWITCHES
@@ -172,6 +176,23 @@ def add_generated_battles(agreement: Agreement, format_id: str, num_battles: int
         recon = spectator_trajectories(log, dexes[gen_of_format(format_id)], format_id=format_id,
                                        battle_id=battle_id)
         shown = visible_choices(log, dexes[gen_of_format(format_id)])
+        for side in ("p1", "p2"):
+            agreement.add([r for r in truth if r["player_side"] == side],
+                          [r for r in recon if r["player_side"] == side], shown)
+    return agreement
+
+
+def add_server_logs(agreement: Agreement, format_id: str, num_battles: int, seed: int) -> Agreement:
+    """Play ``num_battles`` simulator battles (heuristic vs random) written as server logs, then add each player's
+    exact trajectory (the log's input log replayed) and its reconstruction from the log the server recorded (both
+    sides' exact HP, the room's lines) to ``agreement``."""
+    dex = load_dex(gen_of_format(format_id))
+    for battle_id, payload in server_logs.generated_server_logs(format_id, num_battles, seed):
+        battle = server_logs.normalize(json.loads(payload), battle_id)
+        replay = input_log.replay(battle.input_log, battle.teams)
+        truth = server_logs.exact_trajectories(battle, replay, dex)
+        recon = server_logs.recorded_log_trajectories(battle, dex)
+        shown = visible_choices(battle.log, dex)
         for side in ("p1", "p2"):
             agreement.add([r for r in truth if r["player_side"] == side],
                           [r for r in recon if r["player_side"] == side], shown)

@@ -5,7 +5,9 @@ lines give everything about the opponent that the player saw. Each request that 
 row, rendered when the request arrives: in pokemon-showdown 0.11.11 a player's stream sends the log chunk first
 and the request after it, so the tracker has seen exactly what the player saw when it chose. The player's recorded
 answer is the action. A request the simulator rejected and re-sent (``[Unavailable choice]``) has no recorded
-choice and is replaced by the re-sent one. A terminal row follows the battle's end.
+choice and is replaced by the re-sent one. A request the battle ended before its player answered it (a forfeit or a
+forced win, in a server log's replay: ``pipelines/showdown/replay_input_log.js`` marks it ``ended``) is a row with
+action -1, as a spectator sees a forfeit. A terminal row follows the battle's end.
 
 A slot the generator gave a teacher (``--p1-teacher``) records, at each request, the teacher's choice beside the
 player's (``teacher_choice``): it becomes the row's ``teacher_action`` by the same mapping as the action, and must be
@@ -127,9 +129,10 @@ class Decision:
     there (None: no teacher labelled it)."""
 
     def __init__(self, tracker: BattleTracker, side_id: str, request: dict, choice: str | None,
-                 teacher_choice: str | None = None):
+                 teacher_choice: str | None = None, ended: bool = False):
         self.tracker, self.side_id, self.request, self.choice = tracker, side_id, request, choice
         self.teacher_choice = teacher_choice
+        self.ended = ended  # the battle ended before the player answered: no choice, action -1
 
     def render_state_and_mask(self) -> tuple[dict, list[bool]]:
         tracker, req = self.tracker, self.request
@@ -246,7 +249,10 @@ class Decision:
         return "zmove" in words[2:], "dynamax" in words[2:] or self.dynamaxed
 
     def action(self) -> int:
-        """The action id of the recorded choice (call after ``render_state_and_mask``)."""
+        """The action id of the recorded choice, -1 where the battle ended before one (call after
+        ``render_state_and_mask``)."""
+        if self.ended and self.choice is None:
+            return -1
         return self.action_of(self.choice, self.side_id)
 
     def teacher_action(self) -> int:
@@ -309,8 +315,9 @@ def decisions(record: dict, side_id: str, dex: Dex) -> tuple[BattleTracker, list
             if unanswered:  # the previous request was rejected and this one re-sent in its place
                 steps.pop()
                 turns.pop()
-            decision = Decision(tracker, side_id, req, event.get("choice"), event.get("teacher_choice"))
-            unanswered = event.get("choice") is None
+            ended = bool(event.get("ended"))
+            decision = Decision(tracker, side_id, req, event.get("choice"), event.get("teacher_choice"), ended)
+            unanswered = event.get("choice") is None and not ended
             try:
                 steps.append(decision.render_state_and_mask() + (decision,))
             except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:

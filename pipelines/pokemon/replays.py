@@ -56,7 +56,7 @@ ID_COLUMN = {"hf-raw": "id", "pokechamp": "battle_id"}
 
 @dataclass(frozen=True, kw_only=True)
 class ReplayFilterConfig:
-    """Which public replays to keep (showdown-json, hf-raw, pokechamp).
+    """Which public replays to keep (showdown-json, showdown-server, hf-raw, pokechamp).
 
     Attributes:
         min_rating: keep battles rated at least this (unrated ones are dropped when set).
@@ -253,6 +253,9 @@ def _with_format(replay: Replay) -> Replay:
 def normalize(source: str, record: dict) -> Replay:
     """A raw record of a source → ``Replay``, under its canonical format id (``canonical_format``). Raises
     InvalidRecordError when required fields are missing."""
+    if source == "showdown-json" and ("inputLog" in record or isinstance(record.get("log"), list)):
+        raise InvalidRecordError("a Showdown server's battle log (`inputLog`, `log` as a list of lines), not a "
+                                 "public replay: read it with --source showdown-server")
     try:
         if source in ("showdown-json", "hf-raw"):
             players = record.get("players") or []
@@ -423,7 +426,7 @@ def plan_row_groups(root: str, listed: list[tuple[str, int]], source: str, forma
         try:
             with storage.open_input(uri) as fh:
                 meta = pq.ParquetFile(fh).metadata
-        except (OSError, pa.ArrowException) as err:
+        except (OSError, pa.ArrowException, UnicodeDecodeError) as err:  # a damaged footer's column names
             items.append(work_item(rel, size, **task, row_group=None,
                                    read_error=f"Parquet footer: {type(err).__name__}: {err}"))
             continue
@@ -454,7 +457,7 @@ def read_row_group(item: dict) -> list[dict]:
         with storage.open_input(item["uri"]) as fh:
             table = pq.ParquetFile(fh, page_checksum_verification=True).read_row_group(
                 item["row_group"], columns=COLUMNS[source])
-    except (OSError, pa.ArrowException) as err:
+    except (OSError, pa.ArrowException, UnicodeDecodeError) as err:
         return [read_row(group, read_error=f"row group {item['row_group']}: {type(err).__name__}: {err}")]
     out = []
     for i, row, error in _decoded_rows(table):

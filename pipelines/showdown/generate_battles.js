@@ -5,7 +5,7 @@
  *
  *   node pipelines/showdown/generate_battles.js --format gen9randombattle \
  *       --num-battles 20 --seed 7 --p1 heuristic --p2 random [--first-index 0] [--max-turns 1000] \
- *       [--p1-teacher search] [--p2-teacher search]
+ *       [--p1-teacher search] [--p2-teacher search] [--as-server-log [--end-by forfeit --end-turn 5]]
  *   node pipelines/showdown/generate_battles.js --format gen1ou --export-teams 50 --seed 7
  *
  * Writes one JSON object per battle to stdout (JSON Lines, ordered by battle
@@ -23,6 +23,22 @@
  * player chose and the simulator executed), and the slot's entry in `players` names it (`teacher`). The battle is
  * the one it would be without the teacher; a slot without one writes exactly what it wrote before teachers existed.
  *
+ * --as-server-log writes each battle as a Showdown server writes it into its logs folder (`RoomBattle.logBattle`,
+ * pokemon-showdown 0.11.11: `<id>.log.json`) instead of the record below: the simulator's end-of-battle data
+ * (`winner` by name, `seed`, `turns`, `p1`, `p2`, `p1team`, `p2team`, `score`, `inputLog`), then `log` (the room's
+ * log as the server keeps it: each `|split|` resolved to its exact-HP line, the room's `|j|` and `|player|` lines
+ * before the simulator's; without `|t:|` lines, which hold the wall clock), `p1rating` and `p2rating` (null: the
+ * battles are unrated), `endType`, `ladderError`, `timestamp` (a fixed day plus the battle index in minutes, in the
+ * form of JavaScript's Date.toString, in UTC), `roomid` (`battle-<battle id>`) and `format`. The battles are those
+ * the records would hold. --end-by ends each battle that reaches turn --end-turn (default 5) as a server's players
+ * or staff can, when both players face their move choice of that turn: `forfeit` (one player forfeits: the room's
+ * `|-message|<name> forfeited.`, `>forcelose`, endType forfeit), `timer` (the timer runs out on one player: the
+ * room's `|inactive|` countdown and `|-message|<name> lost due to inactivity.`, `>forcelose`, endType forfeit) or
+ * `forcetie` (a staff member's /forcetie: `>forcetie`, endType forced). The player who leaves is p2 in even-numbered
+ * battles and p1 in odd ones. Such a battle is the recorded one up to that turn, played again from its input log
+ * to the end (pipelines/showdown/replay_input_log.js). A battle the generator had to end itself (the turn limit)
+ * is written as forced tie; one that never ended is not written (the summary counts it as an error).
+ *
  * Determinism: every seed (battle PRNG, teams, player and teacher PRNGs) is derived from
  * (--seed, battle index, purpose) with SHA-256, and `|t:|` timestamp lines are
  * dropped, so the same arguments give byte-identical output. Battles are
@@ -32,7 +48,9 @@
 const crypto = require('crypto');
 const { BattleStream, getPlayerStreams, Dex, Teams, TeamValidator, PRNG } = require('pokemon-showdown');
 const readline = require('readline');
+const { extractChannelMessages } = require('pokemon-showdown/dist/sim/battle');
 const { POLICIES: SCRIPTED, legalChoices } = require('./players');
+const { replay } = require('./replay_input_log');
 
 // ---------------------------------------------------------------------------
 // Remote players: a policy outside this process chooses
@@ -105,11 +123,13 @@ function parseArgs(argv) {
 	const opts = {
 		format: 'gen9randombattle', numBattles: 1, seed: 0, firstIndex: 0,
 		p1: 'heuristic', p2: 'random', maxTurns: 1000, exportTeams: 0, p1Teacher: null, p2Teacher: null,
+		asServerLog: false, endBy: null, endTurn: 5,
 	};
 	const names = {
 		'--format': 'format', '--num-battles': 'numBattles', '--seed': 'seed',
 		'--first-index': 'firstIndex', '--p1': 'p1', '--p2': 'p2', '--max-turns': 'maxTurns',
 		'--export-teams': 'exportTeams', '--p1-teacher': 'p1Teacher', '--p2-teacher': 'p2Teacher',
+		'--end-by': 'endBy', '--end-turn': 'endTurn',
 	};
 	for (let i = 0; i < argv.length; i++) {
 		let arg = argv[i];
@@ -118,9 +138,14 @@ function parseArgs(argv) {
 		if (arg === '-h' || arg === '--help') {
 			process.stderr.write('usage: generate_battles.js --format F --num-battles N --seed S ' +
 				`--p1 ${Object.keys(POLICIES).join('|')} --p2 ... [--first-index I] [--max-turns T] ` +
-				`[--p1-teacher ${Object.keys(SCRIPTED).join('|')}] [--p2-teacher ...]\n` +
+				`[--p1-teacher ${Object.keys(SCRIPTED).join('|')}] [--p2-teacher ...] ` +
+				`[--as-server-log [--end-by ${Object.keys(END_INPUTS).join('|')}] [--end-turn T]]\n` +
 				'       generate_battles.js --format F --export-teams N --seed S [--first-index I]\n');
 			process.exit(0);
+		}
+		if (arg === '--as-server-log') {
+			opts.asServerLog = true;
+			continue;
 		}
 		const key = names[arg];
 		if (!key) throw new Error(`unknown argument ${arg}`);
@@ -128,7 +153,7 @@ function parseArgs(argv) {
 		if (value === undefined) throw new Error(`missing value for ${arg}`);
 		opts[key] = value;
 	}
-	for (const key of ['numBattles', 'seed', 'firstIndex', 'maxTurns', 'exportTeams']) {
+	for (const key of ['numBattles', 'seed', 'firstIndex', 'maxTurns', 'exportTeams', 'endTurn']) {
 		const n = Number(opts[key]);
 		if (!Number.isInteger(n) || n < 0) throw new Error(`--${key} must be a non-negative integer`);
 		opts[key] = n;
@@ -141,6 +166,10 @@ function parseArgs(argv) {
 			throw new Error(`unknown --${p}-teacher ${teacher} (a scripted policy: ${Object.keys(SCRIPTED).join(', ')})`);
 		}
 	}
+	if (opts.endBy !== null && !END_INPUTS[opts.endBy]) {
+		throw new Error(`unknown --end-by ${opts.endBy} (have: ${Object.keys(END_INPUTS).join(', ')})`);
+	}
+	if (opts.endBy !== null && !opts.asServerLog) throw new Error('--end-by needs --as-server-log');
 	const format = Dex.formats.get(opts.format);
 	if (!format.exists || format.effectType !== 'Format') throw new Error(`unknown format ${opts.format}`);
 	if ((format.gameType || 'singles') !== 'singles') throw new Error(`only singles formats are supported`);
@@ -223,7 +252,8 @@ async function runBattle(opts, index) {
 	const record = emptyRecord(opts, index);
 	const battleSeed = record.seed;
 
-	const streams = getPlayerStreams(new BattleStream());
+	const battleStream = new BattleStream();
+	const streams = getPlayerStreams(battleStream);
 	let error = null;
 	let ended = false;
 	const fail = message => {
@@ -304,7 +334,76 @@ async function runBattle(opts, index) {
 		record.error = error;
 		record.winner = null;
 	}
-	return record;
+	return [record, battleStream.battle];
+}
+
+// ---------------------------------------------------------------------------
+// Server logs (--as-server-log)
+// ---------------------------------------------------------------------------
+
+/** How --end-by ends a battle: the input the server writes and the log file's endType. */
+const END_INPUTS = {
+	forfeit: { input: slot => `>forcelose ${slot}`, endType: 'forfeit' },
+	timer: { input: slot => `>forcelose ${slot}`, endType: 'forfeit' },
+	forcetie: { input: () => '>forcetie', endType: 'forced' },
+};
+
+const DAYS = ['Sun', 'Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat'];
+const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
+
+/** `Date.toString()` of a UTC time, whatever this machine's time zone: the form of a server log's `timestamp`. */
+function utcDateString(ms) {
+	const d = new Date(ms);
+	const two = n => String(n).padStart(2, '0');
+	return `${DAYS[d.getUTCDay()]} ${MONTHS[d.getUTCMonth()]} ${two(d.getUTCDate())} ${d.getUTCFullYear()} ` +
+		`${two(d.getUTCHours())}:${two(d.getUTCMinutes())}:${two(d.getUTCSeconds())} GMT+0000 (Coordinated Universal Time)`;
+}
+
+/** A battle's log as a server room keeps it: `|split|` resolved to the exact-HP lines, no `|t:|` lines. */
+function omniscientLog(battle) {
+	return extractChannelMessages(battle.log.join('\n'), [-1])[-1].filter(line => !line.startsWith('|t:|'));
+}
+
+/**
+ * One battle as a server's log file (see --as-server-log), or null for a battle that never ended. `end` is the
+ * simulator's end-of-battle data, `lines` the battle's log; `endType` and the room's own lines say how it ended.
+ */
+function serverLogOf(opts, index, record, battle) {
+	if (!battle || !battle.ended) return null;
+	let end = {
+		winner: battle.winner, seed: battle.prngSeed, turns: battle.turn, p1: battle.sides[0].name,
+		p2: battle.sides[1].name, p1team: battle.sides[0].team, p2team: battle.sides[1].team,
+		score: [battle.sides[0].pokemonLeft, battle.sides[1].pokemonLeft], inputLog: battle.inputLog,
+	};
+	let lines = omniscientLog(battle);
+	let endType = record.error ? 'forced' : 'normal'; // the generator's own >forcetie (turn limit) is a forced end
+	let roomLines = []; // the room's lines where the battle was ended: [position in lines, line]
+	if (opts.endBy && !record.error) {
+		const slot = index % 2 === 0 ? 'p2' : 'p1';
+		const how = END_INPUTS[opts.endBy];
+		const cut = replay(battle.inputLog, { endAt: { turn: opts.endTurn, input: how.input(slot) } });
+		if (cut.error) throw new Error(`ending battle ${index} by ${opts.endBy}: ${cut.error}`);
+		if (cut.end_at !== undefined) {
+			const name = cut.end[slot];
+			end = cut.end;
+			lines = cut.omniscient_log;
+			endType = how.endType;
+			const said = opts.endBy === 'forfeit' ? [`|-message|${name} forfeited.`] :
+				opts.endBy === 'timer' ? [`|inactive|${name} has 30 seconds left.`,
+					`|inactive|${name} has 10 seconds left.`, `|-message|${name} lost due to inactivity.`] : [];
+			roomLines = said.map(line => [cut.end_at, line]);
+		}
+	}
+	const log = [`|j|☆${end.p1}`, `|j|☆${end.p2}`, `|player|p1|${end.p1}||`, `|player|p2|${end.p2}||`];
+	lines.forEach((line, i) => {
+		for (const [at, roomLine] of roomLines) if (at === i) log.push(roomLine);
+		log.push(line);
+	});
+	return {
+		...end, log, p1rating: null, p2rating: null, endType, ladderError: true,
+		timestamp: utcDateString(Date.UTC(2024, 0, 1) + index * 60000), roomid: `battle-${record.battle_id}`,
+		format: opts.format,
+	};
 }
 
 /**
@@ -460,14 +559,20 @@ async function main() {
 	const last = opts.firstIndex + opts.numBattles;
 	for (let index = opts.firstIndex; index < last; index++) {
 		let record;
+		let battle = null;
 		try {
-			record = await runBattle(opts, index);
+			[record, battle] = await runBattle(opts, index);
 		} catch (err) {
 			process.stderr.write(`[battle ${index}] ${err.stack}\n`);
 			record = emptyRecord(opts, index);
 			record.error = String(err.message || err);
 		}
-		await writeLine(JSON.stringify(record));
+		if (!opts.asServerLog) {
+			await writeLine(JSON.stringify(record));
+		} else {
+			const log = serverLogOf(opts, index, record, battle);
+			if (log) await writeLine(JSON.stringify(log));
+		}
 		stats.battles++;
 		stats.turns += record.num_turns;
 		if (record.error) stats.errors++;

@@ -59,15 +59,19 @@ def test_showdown_json_job(ray_local, tmp_path):
     (root / "mono.json").write_text(json.dumps({k: v for k, v in dict(replays[GEN9], id="mono-1",
                                                                       format="[Gen 9] OU Monotype").items()
                                                 if k != "formatid"}))
+    # a server's battle log is another source's: quarantined with the source that reads it
+    (root / "server.json").write_text(json.dumps({"log": replays[GEN9]["log"].split("\n"), "inputLog": [">start {}"],
+                                                  "format": "gen9ou", "winner": "amaterus"}))
     cfg = ParseConfig.tiny(source="showdown-json", input=str(root), out=str(tmp_path / "out"))
     version = open_version(run(cfg, log=lambda *_: None).path)
     c = version.manifest.counts
-    assert (c.inputs, c.written, c.trajectories) == (9, 4, 8)
+    assert (c.inputs, c.written, c.trajectories) == (10, 4, 8)
     assert c.relabelled == {"ou→gen1ou": 1, "gen9oumonotype→gen9monotype": 1}
     assert c.filtered == {"duplicate": 1, "not_singles": 1}
-    assert c.quarantined == {"invalid_json": 1, "truncated_battle": 1, "unknown_format": 1}
-    q = version.quarantine().to_pylist()
-    assert {r["input_id"]: r["reason"] for r in q}["cut.json"] == "truncated_battle"
+    assert c.quarantined == {"invalid_json": 1, "truncated_battle": 1, "unknown_format": 1, "invalid_record": 1}
+    q = {r["input_id"]: r for r in version.quarantine().to_pylist()}
+    assert q["cut.json"]["reason"] == "truncated_battle"
+    assert "--source showdown-server" in q["server.json"]["message"]
     assert set(version.index().column("battle_id").to_pylist()) == {"smogtours-gen1ou-733374",
                                                                       "smogtours-gen9ou-733546", "old-1", "mono-1"}
 
