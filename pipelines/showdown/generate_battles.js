@@ -49,7 +49,8 @@ const crypto = require('crypto');
 const { BattleStream, getPlayerStreams, Dex, Teams, TeamValidator, PRNG } = require('pokemon-showdown');
 const readline = require('readline');
 const { extractChannelMessages } = require('pokemon-showdown/dist/sim/battle');
-const { POLICIES: SCRIPTED, legalChoices } = require('./players');
+const { legalChoices } = require('./players');
+const { POLICIES: SCRIPTED } = require('./policies');
 const { replay } = require('./replay_input_log');
 
 // ---------------------------------------------------------------------------

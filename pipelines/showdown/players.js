@@ -624,12 +624,6 @@ class HeuristicPlayer {
 	}
 }
 
-const POLICIES = { random: RandomPlayer, heuristic: HeuristicPlayer };
-
 module.exports = {
-	POLICIES, legalChoices, RandomPlayer, HeuristicPlayer, hpFraction, isFainted, statusOf, parseIdent, parseDetails,
+	legalChoices, RandomPlayer, HeuristicPlayer, hpFraction, isFainted, statusOf, parseIdent, parseDetails,
 };
-
-// The search player builds on HeuristicPlayer (its log tracking and status-move values) and search_player.js
-// requires this file, so it is looked up lazily: either file may be loaded first.
-Object.defineProperty(POLICIES, 'search', { enumerable: true, get: () => require('./search_player').SearchPlayer });

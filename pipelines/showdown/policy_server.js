@@ -17,7 +17,8 @@
 const crypto = require('crypto');
 const readline = require('readline');
 const { PRNG } = require('pokemon-showdown');
-const { POLICIES, legalChoices } = require('./players');
+const { legalChoices } = require('./players');
+const { POLICIES } = require('./policies');
 
 function parseArgs(argv) {
 	const opts = { policy: 'heuristic', seed: 0 };

@@ -64,7 +64,8 @@ def test_same_seed_same_bytes(battles):
 # battle seed is fixed, so if it reads nothing but its own stream and request, both battles are the same.
 HIDDEN_INFO_SCRIPT = r"""
 const { BattleStream, getPlayerStreams, Teams, PRNG } = require('pokemon-showdown');
-const { POLICIES, legalChoices } = require('./pipelines/showdown/players');
+const { legalChoices } = require('./pipelines/showdown/players');
+const { POLICIES } = require('./pipelines/showdown/policies');
 
 async function play(p1team, p2team) {
 	const streams = getPlayerStreams(new BattleStream());
