@@ -35,8 +35,9 @@ def measure_loader(version_path: str, context: int, batch_size: int, seed: int, 
     import torch
 
     from shards_schema.reader import open_version
+    from training.fit import stream_dataset
     from training.pokemon.windows import LoadTurnWindows, window_specs
-    from training.windows import stream_dataset, window_batches, window_stream
+    from training.windows import window_batches, window_stream
 
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     ray.data.DataContext.get_current().enable_progress_bars = False

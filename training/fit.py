@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
 import torch
 import torch.distributed as dist
 
@@ -52,7 +53,7 @@ from training.loop import (
     start_worker,
 )
 from training.registry import model_kind
-from training.windows import VersionUnion, stream_dataset, window_batches, window_stream
+from training.windows import VersionUnion, window_batches, window_stream
 
 # ray is imported inside the functions: on the driver only after training/loop.init_local_ray, since Ray reads its
 # single-machine setting once, when first imported (pipelines/ray_start.py)
@@ -258,6 +259,16 @@ class Progress:
         per_step = elapsed / max(step - self.first_step, 1)
         return {f"{self.unit}_per_s": self.done / max(elapsed, 1e-9), "elapsed_s": elapsed,
                 "eta_s": per_step * (self.steps - step)}
+
+
+def stream_dataset(windows: pa.Table, block_rows: int = 65536):
+    """The Ray Dataset of a window stream, in order (order is preserved when read: the trainer sets
+    ``preserve_order``); ``window_batches`` turns it into arrays in each training worker."""
+    import ray.data  # not at the top: pipelines.ray_start.start_ray imports ray first (its switches are read at import)
+
+    blocks = [windows.slice(i, block_rows) for i in range(0, max(windows.num_rows, 1), block_rows)]
+    return ray.data.from_arrow(blocks)
+
 
 
 def _scalars(parts: dict) -> dict:

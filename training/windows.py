@@ -133,15 +133,6 @@ def window_stream(epoch_windows, start: int, count: int) -> pa.Table:
     return table.append_column("window", pa.array(np.arange(start, start + count, dtype=np.int64)))
 
 
-def stream_dataset(windows: pa.Table, block_rows: int = 65536):
-    """The Ray Dataset of a window stream, in order (order is preserved when read: the trainer sets
-    ``preserve_order``); ``window_batches`` turns it into arrays in each training worker."""
-    import ray.data  # not at the top: pipelines.ray_start.start_ray imports ray first (its switches are read at import)
-
-    blocks = [windows.slice(i, block_rows) for i in range(0, max(windows.num_rows, 1), block_rows)]
-    return ray.data.from_arrow(blocks)
-
-
 def held_out(battle_ids: list[str], share: float, seed: int | str) -> np.ndarray:
     """(n,) bool: whether each battle is in the validation split. A battle is held out when a seeded hash of its id
     falls below ``share``, so both sides of a battle land on the same side of the split, and the split needs no list
