@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from models.pokemon_policy import check_inputs
-from shards_schema.pokemon import NUM_ACTIONS, NUM_MOVES, NUM_SWITCHES, OBS_NUMERIC, OBS_WORDS
+from shards_schema.pokemon import CODE_VERSIONS, NUM_ACTIONS, NUM_MOVES, NUM_SWITCHES, OBS_NUMERIC, OBS_WORDS
 from shards_schema.reader import ShardVersion
 from training.pokemon.rewards import shaped_rewards
 from training.returns import discounted_returns
@@ -78,10 +78,15 @@ def _fold_actions(action: np.ndarray) -> np.ndarray:
     return np.where(action >= NUM_MOVES + NUM_SWITCHES, action - NUM_MOVES - NUM_SWITCHES, action)
 
 
+NO_TEACHER = next(c.absent for c in CODE_VERSIONS.added_columns if c.name == "teacher_action")
+"""The ``teacher_action`` of a row no teacher labelled, as the schema declares it for versions without the column."""
+
+
 def _teacher_actions(table: pa.Table) -> np.ndarray:
-    """(N,) the rows' folded ``teacher_action``, all -1 where the table has no such column (a 2.0.0 version)."""
+    """(N,) the rows' folded ``teacher_action``, all ``NO_TEACHER`` where the table has no such column (a version
+    from before the schema added it)."""
     if "teacher_action" not in table.column_names:
-        return np.full(table.num_rows, -1, np.int64)
+        return np.full(table.num_rows, NO_TEACHER, np.int64)
     return _fold_actions(table.column("teacher_action").to_numpy().astype(np.int64))
 
 
