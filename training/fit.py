@@ -17,11 +17,13 @@ every trainer shares: ``fit`` and self-play (``training/selfplay.py``) both run 
 from __future__ import annotations
 
 import dataclasses
+import random
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import torch
 import torch.distributed as dist
@@ -44,19 +46,76 @@ from training.checkpoints import (
 )
 from training.loop import (
     MetricsWriter,
-    check_workers_reach,
     checkpoint_uri,
     init_local_ray,
     latest_checkpoint,
     local_run_folder,
     run_storage,
-    start_worker,
 )
 from training.registry import model_kind
 from training.windows import VersionUnion, window_batches, window_stream
 
 # ray is imported inside the functions: on the driver only after training/loop.init_local_ray, since Ray reads its
 # single-machine setting once, when first imported (pipelines/ray_start.py)
+
+
+def start_worker(cfg, tag: str):
+    """A Ray Train worker's start: intra-op threads, rank, device, TF32 on CUDA, the seed, and one line saying what
+    it runs on. ``cfg`` has ``torch_threads``, ``cpus_per_worker`` and ``seed``. Returns (rank, world, device, cuda)."""
+    import ray.train  # after start_ray, which imports ray first (its single-machine switch is read once, at import)
+    import ray.train.torch
+
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    cuda = device.type == "cuda"
+    if rank == 0:
+        print(f"[{tag}] device: {device} ({torch.cuda.get_device_name(device) if cuda else 'CPU, fp32'}), "
+              f"{world} worker(s), {torch.get_num_threads()} intra-op thread(s) each")
+        if not cuda and torch.get_num_threads() > max(1, int(cfg.cpus_per_worker)):
+            print(f"[{tag}] warning: {torch.get_num_threads()} intra-op threads on {cfg.cpus_per_worker} reserved "
+                  "CPU(s) oversubscribe the cores; steps slow down several-fold when anything else runs. Leave "
+                  "--torch-threads at 0 or raise --cpus-per-worker.")
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    # every generator a recipe may draw from: with torch's alone, two runs of one seed differed wherever a recipe drew
+    # from NumPy or Python (their workers start from OS entropy); a restarted worker restores all three from its
+    # checkpoint
+    torch.manual_seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    random.seed(cfg.seed)
+    return rank, world, device, cuda
+
+
+def check_workers_reach(*uris: str) -> None:
+    """Fail before training when a Ray worker cannot list the remote ``uris`` (their parent folders when they do not
+    exist yet): a worker with no credentials would otherwise fail only at its first read or checkpoint, deep in a
+    Ray Train traceback. Local paths are not checked (a local path on a cluster is the user's choice)."""
+    import ray  # after start_ray (see start_worker)
+
+    remote = [u for u in uris if not storage.is_local(u)]
+    if not remote:
+        return
+
+    def reach(targets: list[str]) -> str | None:
+        for uri in targets:
+            try:
+                storage.exists(uri)
+            except OSError as err:
+                return f"{uri}: {err}"
+        return None
+
+    task = ray.remote(num_cpus=0, runtime_env={"env_vars": storage.location_env()})(reach)
+    problem = ray.get(task.remote(remote))
+    if problem:
+        raise PermissionError(
+            f"a Ray worker cannot reach {problem}. Workers read the store with the credentials of their own node: "
+            "the environment Ray was started with (start Ray, or this script, after exporting AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY), ~/.aws, or the node's instance profile (ray_cluster.yaml); the endpoint and "
+            f"region are passed from this process ({', '.join(storage.LOCATION_VARS)}).")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,16 +1,14 @@
-"""Pieces every Ray Train entry point shares: a worker's start, where a run's checkpoints and side files go (local
+"""Pieces every training entry point shares that need no Ray: where a run's checkpoints and side files go (local
 or an object store), finding the checkpoint to resume from, metric writers (CSV always, Weights & Biases offline
-unless the user is logged in), and the local Ray start. ``training/fit.py`` runs the loop with them;
-``training/checkpoints.py`` says what a checkpoint holds."""
+unless the user is logged in), and the local Ray start (``pipelines/ray_start.py``). ``training/fit.py``, the Ray
+Train side, runs the loop with them; ``training/checkpoints.py`` says what a checkpoint holds."""
 
 from __future__ import annotations
 
 import csv
 import os
-import random
 from pathlib import Path
 
-import numpy as np
 import pyarrow.fs as pafs
 
 from pipelines.console import metrics_line
@@ -18,40 +16,6 @@ from pipelines.ray_start import start_ray
 from shards_schema import storage
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def start_worker(cfg, tag: str):
-    """A Ray Train worker's start: intra-op threads, rank, device, TF32 on CUDA, the seed, and one line saying what
-    it runs on. ``cfg`` has ``torch_threads``, ``cpus_per_worker`` and ``seed``. Returns (rank, world, device, cuda)."""
-    # Here, not at the top: ray must first be imported by pipelines.ray_start.start_ray (its single-machine switch is
-    # read once, at import); and this module serves the drivers (storage, metrics) that need no torch (1.9 s to import)
-    import ray.train
-    import ray.train.torch
-    import torch
-
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    device = ray.train.torch.get_device()
-    cuda = device.type == "cuda"
-    if rank == 0:
-        print(f"[{tag}] device: {device} ({torch.cuda.get_device_name(device) if cuda else 'CPU, fp32'}), "
-              f"{world} worker(s), {torch.get_num_threads()} intra-op thread(s) each")
-        if not cuda and torch.get_num_threads() > max(1, int(cfg.cpus_per_worker)):
-            print(f"[{tag}] warning: {torch.get_num_threads()} intra-op threads on {cfg.cpus_per_worker} reserved "
-                  "CPU(s) oversubscribe the cores; steps slow down several-fold when anything else runs. Leave "
-                  "--torch-threads at 0 or raise --cpus-per-worker.")
-    if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    # every generator a recipe may draw from: with torch's alone, two runs of one seed differed wherever a recipe drew
-    # from NumPy or Python (their workers start from OS entropy); a restarted worker restores all three from its
-    # checkpoint
-    torch.manual_seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    random.seed(cfg.seed)
-    return rank, world, device, cuda
 
 
 def latest_checkpoint(out: str | Path) -> str | None:
@@ -82,34 +46,6 @@ def run_storage(out: str) -> dict:
     if storage.is_local(out):
         return {"storage_path": path}
     return {"storage_path": path, "storage_filesystem": fs, "worker_runtime_env": {"env_vars": storage.location_env()}}
-
-
-def check_workers_reach(*uris: str) -> None:
-    """Fail before training when a Ray worker cannot list the remote ``uris`` (their parent folders when they do not
-    exist yet): a worker with no credentials would otherwise fail only at its first read or checkpoint, deep in a
-    Ray Train traceback. Local paths are not checked (a local path on a cluster is the user's choice)."""
-    import ray  # after start_ray, which imports it first (see start_worker)
-
-    remote = [u for u in uris if not storage.is_local(u)]
-    if not remote:
-        return
-
-    def reach(targets: list[str]) -> str | None:
-        for uri in targets:
-            try:
-                storage.exists(uri)
-            except OSError as err:
-                return f"{uri}: {err}"
-        return None
-
-    task = ray.remote(num_cpus=0, runtime_env={"env_vars": storage.location_env()})(reach)
-    problem = ray.get(task.remote(remote))
-    if problem:
-        raise PermissionError(
-            f"a Ray worker cannot reach {problem}. Workers read the store with the credentials of their own node: "
-            "the environment Ray was started with (start Ray, or this script, after exporting AWS_ACCESS_KEY_ID and "
-            "AWS_SECRET_ACCESS_KEY), ~/.aws, or the node's instance profile (ray_cluster.yaml); the endpoint and "
-            f"region are passed from this process ({', '.join(storage.LOCATION_VARS)}).")
 
 
 def local_run_folder(out: str) -> Path:

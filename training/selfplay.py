@@ -35,14 +35,13 @@ from models.ppo_policy import RecurrentPolicy
 from pipelines.cli import command_config
 from shards_schema import storage
 from training.checkpoints import DataIdentity, payload, read_checkpoint, set_rng_state
-from training.fit import Learner, launch, report_checkpoint, resume_path, worker_checkpoint
+from training.fit import Learner, launch, report_checkpoint, resume_path, start_worker, worker_checkpoint
 from training.league import LEARNER, OPPONENT_KINDS, League, keyed_rng
 from training.loop import (
     MetricsWriter,
     checkpoint_uri,
     init_local_ray,
     latest_checkpoint,
-    start_worker,
 )
 from training.ppo import update
 from training.selfplay_base import ACTOR_SCHEDULING

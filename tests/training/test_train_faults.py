@@ -41,13 +41,6 @@ def _recipe_and_killer(folder: Path, kill: bool):
     import ray.train
 
     class Recipe(PolicyRecipe):
-        def __init__(self, cfg, plan):
-            super().__init__(cfg, plan)
-            # training/loop.start_worker seeds torch only; a new process's NumPy and Python RNGs start from OS entropy
-            # (a restarted worker then takes all three states from the checkpoint)
-            random.seed(cfg.seed)
-            np.random.seed(cfg.seed)
-
         def loss(self, model, batch, step):
             if not hasattr(self, "_started"):  # each worker process's first step: where it (re)started
                 self._started = True
