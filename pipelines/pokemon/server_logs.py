@@ -43,7 +43,6 @@ import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cache
-from pathlib import Path
 
 from pipelines.errors import InputError, InvalidRecordError, ReplayMismatchError, UnknownFormatError
 from pipelines.inputs import file_items, input_id, list_sized, resolve_input
@@ -463,14 +462,3 @@ def generated_server_logs(fmt: str, num_battles: int, seed: int, *, p1: str = "h
     if proc.returncode != 0:
         raise RuntimeError(f"battle generator failed ({proc.returncode}): {proc.stderr.decode()[-2000:]}")
     return [(_battle_id(json.loads(line), ""), line) for line in proc.stdout.splitlines() if line.strip()]
-
-
-def write_server_logs(out_dir: Path, logs: list[tuple[str, bytes]]) -> list[Path]:
-    """Each (battle id, server log JSON) as ``<out_dir>/<battle id>.log.json``, the name a server gives it."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for battle_id, payload in logs:
-        path = out_dir / f"{battle_id}.log.json"
-        path.write_bytes(payload)
-        paths.append(path)
-    return paths

@@ -251,7 +251,7 @@ def test_written_keys_agree_with_a_dict():
 
 def test_written_keys_memory_per_key():
     """Bounded: table, offsets and the ids' bytes, no Python object per key (a set of digests was ~70 B)."""
-    n = 200_000
+    n = 50_000
     ids = [f"gen9ou-{i:04d}.parquet::gen9ou-{2_000_000_000 + i}" for i in range(n)]
     id_bytes = sum(len(i) for i in ids)
     tracemalloc.start()
