@@ -40,3 +40,18 @@ def test_one_round_of_the_flywheel(ray_local, tmp_path):
     with open(tmp_path / "flywheel.csv") as f:
         assert [r["checkpoint_sha256"] for r in csv.DictReader(f)] == [r["checkpoint_sha256"] for r in rows]
     assert json.dumps(rows)  # plain values only
+
+
+def test_a_dagger_round_labels_the_policys_decisions_and_trains_on_the_labels(ray_local, tmp_path):
+    rows = run(FlywheelConfig.tiny(out=str(tmp_path), port=1, dagger=True, sides=["p1"]), log=lambda *_: None)
+    shards = tmp_path / "shards" / "pokemon_turns"
+    teacher_version, policy_version = (open_version(str(shards / v)) for v in rows[1]["versions"].split())
+    assert teacher_version.manifest.config.get("p1_teacher") is None
+    assert policy_version.manifest.config["p1_teacher"] == "heuristic"
+    labels = policy_version.table(columns=["player_side", "teacher_action"]).to_pylist()
+    labelled = {side: [r["teacher_action"] >= 0 for r in labels if r["player_side"] == side] for side in ("p1", "p2")}
+    # the policy's decisions carry the teacher's choice (-1 only where a choice maps to no action: a forced move, a
+    # switch past the action layout), the league's none
+    assert sum(labelled["p1"]) >= len(labelled["p1"]) / 2 and not any(labelled["p2"])
+    assert read_checkpoint(rows[0]["checkpoint"]).train_config["label"] == "action"  # round 0 has no labels
+    assert read_checkpoint(rows[1]["checkpoint"]).train_config["label"] == "teacher"

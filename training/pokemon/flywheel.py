@@ -1,6 +1,7 @@
 """The self-play data flywheel: a teacher's battles become shards, a policy learns from them offline, the policy's
 own battles against a league become a new shard version, and the policy trains again on every version so far;
-each round's data and checkpoint are versioned, and the ladder rates each round's policy.
+each round's data and checkpoint are versioned, and the ladder rates each round's policy. With ``--dagger`` the
+teacher labels the policy's own decisions and the policy imitates those labels (DAgger).
 
     python training/pokemon/flywheel.py --out runs/flywheel --port 8123 --rounds 2 --teacher heuristic \
         --teacher-battles 1000 --policy-battles 500 --steps 2000 --objective exp_adv
@@ -14,6 +15,12 @@ each round the ladder (``training/pokemon/ladder.py``) plays the round's policy 
 teacher; ``flywheel.csv`` under ``--out`` has one row per round: its versions, its checkpoint (sha256) and its
 win rates. Every version is an ordinary published version (manifest, quarantine, counts), named by its inputs:
 a round's battles are a function of the seed and the weights that played them.
+
+DAgger (``--dagger``, with ``--sides p1`` to train on the teacher's and the policy's decisions only): in round k ≥ 1
+the teacher, reading the policy's first-person stream, records at each of the policy's decisions what it would
+choose (the rows' ``teacher_action``, ``--p1-teacher``), and rounds k ≥ 1 train with ``--label teacher``: rows
+the teacher labelled imitate the label (the states the policy reached by its own choices, the teacher's choice in
+them), the others the action taken (the teacher's own battles of round 0; the league's side without ``--sides``).
 """
 
 from __future__ import annotations
@@ -58,6 +65,8 @@ class FlywheelConfig:
         sides: train on these player sides only (empty: both sides of every battle).
         fine_tune: start each round after round 0 from the previous round's weights (``--init-from``) instead of
             from scratch.
+        dagger: the teacher labels the policy's decisions in rounds k >= 1 and those rounds train on the labels
+            (``--label teacher``).
         ladder_battles: battles per pair and format in each round's ladder (0: no ladder).
         ladder_players: poke-env bots in each round's ladder (random is the anchor).
         num_parse_actors: parse actors of each parse job.
@@ -82,6 +91,7 @@ class FlywheelConfig:
     lr: float = 3e-4
     sides: list[str] = field(default_factory=list)
     fine_tune: bool = False
+    dagger: bool = False
     ladder_battles: int = 100
     ladder_players: list[str] = field(default_factory=lambda: ["random", "maxbp", "heuristic"])
     num_parse_actors: int = 2
@@ -113,6 +123,7 @@ def round_versions(cfg: FlywheelConfig, k: int, player: str, log) -> list[str]:
     battles = cfg.teacher_battles if k == 0 else cfg.policy_battles
     for opponent in cfg.league:
         options = GeneratedConfig(num_battles=battles, seed=cfg.seed + k, p1=player, p2=opponent,
+                                  p1_teacher=cfg.teacher if cfg.dagger and k > 0 else None,
                                   battles_per_chunk=min(25, battles))
         job = ParseConfig(source="generated", out=storage.join(cfg.out, "shards"), formats=list(cfg.formats),
                           num_parse_actors=cfg.num_parse_actors, options=options)
@@ -128,9 +139,11 @@ def train_round(cfg: FlywheelConfig, k: int, versions: list[str], previous: str 
                             d_model=cfg.d_model, action_head=cfg.action_head,
                             objective=cfg.objective, steps=cfg.steps, batch_size=cfg.batch_size, context=cfg.context,
                             lr=cfg.lr, seed=cfg.seed, sides=list(cfg.sides), checkpoint_every=cfg.steps,
+                            label="teacher" if cfg.dagger and k > 0 else "action",
                             log_every=max(1, cfg.steps // 20), wandb_mode="disabled",
                             init_from=previous if cfg.fine_tune and previous else None)
-    log(f"[flywheel] round {k}: training {cfg.objective} on {len(versions)} versions → {out}")
+    log(f"[flywheel] round {k}: training {cfg.objective}{' on teacher labels' if cfg.dagger and k else ''} on "
+        f"{len(versions)} versions → {out}")
     train(train_cfg)
     return out
 
