@@ -136,7 +136,7 @@ def cluster(s3_server, tmp_path_factory):
         shutil.rmtree(node_dir, ignore_errors=True)
 
 
-def _submit(cluster: Cluster, *entrypoint: str, timeout_s: float = 300) -> str:
+def _submit(cluster: Cluster, *entrypoint: str, timeout_s: float = 600) -> str:
     """`ray job submit --working-dir . -- ENTRYPOINT` from the checkout; the job's output."""
     proc = submit_job(cluster.head.dashboard, cluster.env, list(entrypoint), cwd=REPO_ROOT, timeout_s=timeout_s)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
