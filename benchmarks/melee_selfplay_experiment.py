@@ -53,12 +53,13 @@ def uniform_policy(policy_cfg):
 
 def play(world_model, cfg, policy_cfg, weights: dict, opponent, games: int, seed: int) -> dict:
     """``games`` whole games of ``weights`` against ``opponent`` (a league ``Opponent``): summed terms and score."""
-    runner = MeleeRunner(world_model, cfg.shards, policy_cfg, num_envs=min(games, 8), seed=seed,
-                         seed_frames=cfg.seed_frames, max_frames=cfg.max_frames,
-                         reward_per_percent=cfg.reward_per_percent, draw_opponent=lambda: opponent)
+    o = cfg.options
+    runner = MeleeRunner(world_model, o.shards, policy_cfg, num_envs=min(games, 8), seed=seed,
+                         seed_frames=o.seed_frames, max_frames=o.max_frames,
+                         reward_per_percent=o.reward_per_percent, draw_opponent=lambda: opponent)
     finished = []
     while len(finished) < games:
-        _, episodes = runner.collect(weights, cfg.max_frames)
+        _, episodes = runner.collect(weights, o.max_frames)
         finished += episodes
     finished = finished[:games]
     total = {k: sum(e.terms[k] for e in finished) for k in finished[0].terms}
@@ -97,13 +98,14 @@ def main() -> None:
                                                 wandb_mode="disabled"))
         world_model = latest_checkpoint(str(wm_out))
     wm_s = time.monotonic() - t0
-    cfg = SelfPlayConfig(out=str(work / "run"), env="melee", shards=shards, world_model=world_model, preset="full",
-                         updates=args.updates, max_frames=args.max_frames, seed=args.seed, wandb_mode="disabled")
+    cfg = SelfPlayConfig.from_flags(out=str(work / "run"), env="melee", shards=shards, world_model=world_model,
+                                    preset="full", updates=args.updates, max_frames=args.max_frames, seed=args.seed,
+                                    wandb_mode="disabled")
     last, train_s = run_to_end(cfg)
     trained = read_checkpoint(last, kind="melee_selfplay")
     policy_cfg = trained.build_config()
     torch.manual_seed(args.seed)
-    model = load_world_model(cfg)
+    model = load_world_model(cfg.options, cfg.seed)
     agents = {f"trained (update {trained.step})": trained.model,
               "uniform random": uniform_policy(policy_cfg).state_dict()}
     opponents = {"random controller": Opponent("weak", "random"), "replay controller": Opponent("strong", "replay")}

@@ -95,15 +95,14 @@ def main() -> None:
     args = parser.parse_args()
 
     work = Path(args.work_dir)
-    cfg = SelfPlayConfig(out=str(work / "run"), env="pokemon", policy_init=args.policy_init, preset="full",
-                         updates=args.updates, num_runners=args.num_runners,
-                         battles_per_runner=args.battles_per_runner, snapshot_every=args.snapshot_every,
-                         encoder_preset=args.encoder_preset, battle_format=args.format, seed=args.seed,
-                         snapshot_share=round(0.95 - args.strong_share, 9), strong_share=args.strong_share,
-                         weak_share=0.05, reference_kl=args.reference_kl, critic_warmup=args.critic_warmup,
-                         lr=args.lr, encoder_lr=args.encoder_lr, reward_knockout_dealt=args.reward_knockout_dealt,
-                         reward_knockout_taken=args.reward_knockout_taken, reward_hp_swing=args.reward_hp_swing,
-                         reward_keep_optimum=args.reward_keep_optimum, wandb_mode="disabled")
+    cfg = SelfPlayConfig.from_flags(
+        out=str(work / "run"), env="pokemon", policy_init=args.policy_init, preset="full", updates=args.updates,
+        num_runners=args.num_runners, battles_per_runner=args.battles_per_runner, snapshot_every=args.snapshot_every,
+        encoder_preset=args.encoder_preset, battle_format=args.format, seed=args.seed,
+        snapshot_share=round(0.95 - args.strong_share, 9), strong_share=args.strong_share, weak_share=0.05,
+        reference_kl=args.reference_kl, critic_warmup=args.critic_warmup, lr=args.lr, encoder_lr=args.encoder_lr,
+        reward_knockout_dealt=args.reward_knockout_dealt, reward_knockout_taken=args.reward_knockout_taken,
+        reward_hp_swing=args.reward_hp_swing, reward_keep_optimum=args.reward_keep_optimum, wandb_mode="disabled")
     rows = []
     if args.policy_init and not args.no_start_evaluation:
         rows += evaluate(state_file(storage.normalize(args.policy_init)), args, "offline-RL checkpoint")

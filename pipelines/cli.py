@@ -8,7 +8,7 @@ A field declared with ``chosen_section(by, choices)`` is a section whose datacla
 the parse job's ``options`` are those of the ``--source`` it names (``--min-frames`` is an option of ``--source
 slp``). Every choice's fields are flags, each listed under its dataclass's heading; alternatives may share a flag
 (``--seed``) when they declare it alike, and a flag of another choice than the one named is an error that says
-whose it is.
+whose it is. Where ``by`` has a default, a choice's flags need not name it.
 """
 
 from __future__ import annotations
@@ -151,16 +151,18 @@ def _chosen(cls: type, name: str, flat: dict, values: dict):
     choice."""
     by, choices = chosen_sections(cls)[name]
     options = choices()
-    if by not in flat or flat[by] not in options:
+    default = next(f.default for f in dataclasses.fields(cls) if f.name == by)
+    chosen = flat.get(by, default)
+    if chosen not in options:
         raise ValueError(f"{', '.join(_flag(k) for k in values)} need {_flag(by)} (one of {sorted(options)})")
-    section = options[flat[by]]
+    section = options[chosen]
     known = {f.name for f in dataclasses.fields(section)}
     foreign = sorted(k for k in values if k not in known)
     if foreign:
         owners = {k: sorted(v for v, c in options.items() if k in {f.name for f in dataclasses.fields(c)})
                   for k in foreign}
         raise ValueError("; ".join(f"{_flag(k)} is an option of {_flag(by)} {' or '.join(owners[k])}, not "
-                                   f"{flat[by]}" for k in foreign))
+                                   f"{chosen}" for k in foreign))
     return section(**values)
 
 

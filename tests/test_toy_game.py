@@ -1,6 +1,6 @@
 """The definition of "the core knows no game": a third game, defined only under tests/ (``tests/tictactoe.py``),
-registered once, is parsed into a versioned shard by the real job and trained and resumed by the real ``fit()``.
-Nothing outside tests/ names it."""
+registered once, is parsed into a versioned shard by the real job, trained and resumed by the real ``fit()``, and
+plays self-play through self-play's core. Nothing outside tests/ names it."""
 
 from __future__ import annotations
 
@@ -24,11 +24,16 @@ CODE_FOLDERS = ("pipelines", "shards_schema", "training", "models", "tune", "too
 
 
 @pytest.fixture(scope="module")
-def toy_version(ray_local, tmp_path_factory):
+def toy_game(ray_local):
     tictactoe.register()
     # The workers get the toy game's classes inside the objects the driver hands them (the source, the recipe, the
-    # model kind); by value, as a game whose package is not installed on the nodes would travel.
+    # model kind, the self-play environment); by value, as a game whose package is not installed on the nodes would
+    # travel.
     ray_local.cloudpickle.register_pickle_by_value(tictactoe)
+
+
+@pytest.fixture(scope="module")
+def toy_version(toy_game, tmp_path_factory):
     replays = tmp_path_factory.mktemp("ttt")
     rng = random.Random(7)
     for i in range(24):
@@ -74,6 +79,23 @@ def test_fit_trains_and_resumes_the_toy_game(toy_version, tmp_path):
     assert end.optimizer["state"][0]["step"].item() == 6  # the optimizer went on from the checkpoint's state
     assert any(not torch.equal(end.model[k], start.model[k]) for k in end.model)
     assert isinstance(end.build_model(), tictactoe.TinyPolicy)
+
+
+def test_selfplay_plays_and_resumes_the_toy_game(toy_game, tmp_path):
+    """Self-play's core on a game it has never heard of: runner actors, the league, a checkpoint with the league in
+    it, a resume that goes on from it; the toy game's options are a --help section of their own."""
+    from training.selfplay import SelfPlayConfig, run
+    from training.selfplay_envs import options_classes
+
+    assert options_classes()["tictactoe"] is tictactoe.TicTacToeSelfPlayOptions
+    cfg = SelfPlayConfig.tiny(env="tictactoe", out=str(tmp_path / "sp"), updates=2, num_runners=1)
+    assert run(cfg).error is None
+    first = read_checkpoint(latest_checkpoint(cfg.out))
+    assert (first.kind, first.step, first.data.features) == ("tictactoe_selfplay", 2, "tictactoe_board")
+    assert first.extra["league"]["games"]["learner"] > 0 and first.extra["league"]["snapshots"]
+    assert run(dataclasses.replace(cfg, updates=3, resume=True)).error is None
+    end = read_checkpoint(latest_checkpoint(cfg.out))
+    assert end.step == 3 and end.extra["league"]["games"]["learner"] > first.extra["league"]["games"]["learner"]
 
 
 def test_no_code_outside_tests_names_the_toy_game():

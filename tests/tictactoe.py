@@ -1,6 +1,7 @@
 """A third game defined only here, to prove the core knows no game: tic-tac-toe replays (a text file per game),
-declared, parsed by the real job, and trained by the real ``fit()``, registered once by ``register()`` through the
-same registries the built-in games use. Each section is what a game package holds in its layer:
+declared, parsed by the real job, trained by the real ``fit()`` and by self-play's core, registered once by
+``register()`` through the same registries the built-in games use. Each section is what a game package holds in its
+layer:
 ``shards_schema/<game>.py``, ``pipelines/<game>/``, ``models/``, ``training/<game>/``.
 
 A replay::
@@ -25,6 +26,7 @@ import pyarrow as pa
 import torch
 from torch import nn
 
+from models.ppo_policy import RecurrentPolicy, RecurrentPolicyConfig
 from pipelines import registry as pipeline_registry
 from pipelines.errors import InvalidRecordError
 from pipelines.inputs import NOT_A_REPLAY, file_items, has_suffix, input_id, list_sized, resolve_input
@@ -36,7 +38,11 @@ from shards_schema.manifest import Counts, Manifest
 from shards_schema.reader import ShardVersion
 from shards_schema.versions import CodeVersions
 from training import registry as training_registry
+from training import selfplay_envs
+from training.checkpoints import live_identity
 from training.fit import Recipe, TrainerConfig
+from training.ppo import RolloutBuffer, concat_rollouts, sample_actions
+from training.selfplay_base import Episode, Runner, SelfPlayEnvironment, SelfPlayOptions
 from training.windows import cut_windows, gather_windows
 
 # ---------------------------------------------------------------------------- shards_schema: declarations
@@ -93,10 +99,13 @@ INDEX_SCHEMA = arrow_schema(GameIndexRow, name=f"{NAME}.index", version=CODE_VER
 
 
 # ---------------------------------------------------------------------------- pipelines: source and parser
+LINES_OF_THREE = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]
+
+
 def write_game(rng: random.Random) -> str:
     """A random legal game as replay text."""
     board, lines, player = [None] * 9, ["tictactoe 1"], "X"
-    lines_of_three = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]
+    lines_of_three = LINES_OF_THREE
     result = "draw"
     while any(c is None for c in board):
         cell = rng.choice([i for i, c in enumerate(board) if c is None])
@@ -277,6 +286,143 @@ class TicTacToeRecipe(Recipe):
         return loss, {"bc_loss": loss}
 
 
+# ---------------------------------------------------------------------------- training: self-play
+OBS_WIDTH = 28  # the one-hot board (27) padded to a multiple of the policy's attention heads
+
+
+def board_vector(board: list[int], player: int) -> np.ndarray:
+    """(OBS_WIDTH,) the board as ``player`` (1 or 2) sees it: its own cells as 1, the opponent's as 2."""
+    seen = [c if c == 0 or player == 1 else 3 - c for c in board]
+    return np.concatenate([np.eye(3, dtype=np.float32)[seen].ravel(), np.zeros(1, np.float32)])
+
+
+class TicTacToeRunner(Runner):
+    """``num_envs`` games at once for the learner (X or O, drawn per game) against league opponents: a snapshot of
+    the policy, ``first`` (the lowest free cell; strong) or ``random`` (weak). A step is a learner's move and the
+    opponent's reply; the opponent's moves are never recorded."""
+
+    def __init__(self, policy_cfg, *, num_envs: int, **common):
+        super().__init__(**common)
+        self.policy_cfg, self.policy = policy_cfg, RecurrentPolicy(policy_cfg).eval()
+        self.rng, self.generator = random.Random(self.seed), torch.Generator().manual_seed(self.seed)
+        self.games = [self._new_game() for _ in range(num_envs)]
+        self.state = self.policy.initial_state(num_envs)
+
+    def _policy_move(self, policy, board: list[int], player: int) -> int:
+        legal = torch.tensor([c == 0 for c in board])[None]
+        with torch.no_grad():
+            out = policy.step(torch.from_numpy(board_vector(board, player))[None],
+                              torch.zeros(1, self.policy_cfg.opponent_window, OBS_WIDTH),
+                              torch.zeros(1, self.policy_cfg.opponent_window, dtype=torch.bool),
+                              torch.tensor([True]), legal, policy.initial_state(1))
+        return int(sample_actions(out.logits[:, 0], self.generator)[0][0])
+
+    def _opponent_move(self, game: dict) -> None:
+        board, opponent = game["board"], game["opponent"]
+        free = [i for i, c in enumerate(board) if c == 0]
+        if opponent.kind == "snapshot":
+            if "policy" not in game:
+                game["policy"] = RecurrentPolicy(self.policy_cfg).eval()
+                game["policy"].load_state_dict(self.snapshot_weights(opponent.name))
+            cell = self._policy_move(game["policy"], board, 2)
+        else:
+            cell = free[0] if opponent.name == "first" else self.rng.choice(free)
+        board[cell] = 2
+
+    def _new_game(self) -> dict:
+        game = {"board": [0] * 9, "side": self.rng.randrange(2), "opponent": self.draw_opponent(), "start": True,
+                "frames": 0}
+        if game["side"] == 1:  # the learner plays O: X moves first
+            self._opponent_move(game)
+        return game
+
+    @staticmethod
+    def _result(board: list[int]) -> float | None:
+        """1 the learner won, -1 it lost, 0 a draw, None: the game goes on."""
+        for line in LINES_OF_THREE:
+            if board[line[0]] and all(board[i] == board[line[0]] for i in line):
+                return 1.0 if board[line[0]] == 1 else -1.0
+        return 0.0 if all(board) else None
+
+    def collect(self, weights: dict, steps: int):
+        self.policy.load_state_dict(weights)
+        n = len(self.games)
+        buffer, finished = RolloutBuffer(steps, n), []
+        window = self.policy_cfg.opponent_window
+        for t in range(steps):
+            obs = torch.from_numpy(np.stack([board_vector(g["board"], 1) for g in self.games]))
+            legal = torch.tensor([[c == 0 for c in g["board"]] for g in self.games])
+            start = torch.tensor([g["start"] for g in self.games])
+            opponent, valid = torch.zeros(n, window, OBS_WIDTH), torch.zeros(n, window, dtype=torch.bool)
+            with torch.no_grad():
+                out = self.policy.step(obs, opponent, valid, start, legal, self.state)
+            actions, logp = sample_actions(out.logits[:, 0], self.generator)
+            buffer.put(t, obs=obs, opponent=opponent, opponent_valid=valid, legal=legal, episode_start=start,
+                       actions=actions, logp=logp, values=out.values[:, 0], h=self.state[0], c=self.state[1])
+            self.state = out.state
+            for i, game in enumerate(self.games):
+                game["board"][int(actions[i])] = 1
+                game["start"], game["frames"] = False, game["frames"] + 1
+                result = self._result(game["board"])
+                if result is None:
+                    self._opponent_move(game)
+                    result = self._result(game["board"])
+                if result is not None:
+                    finished.append(Episode(opponent=game["opponent"], side=game["side"], frames=game["frames"],
+                                            terms={"result": result}, reward=result, score=(result + 1) / 2,
+                                            truncated=False))
+                    self.games[i] = self._new_game()
+                buffer.put(t, i, rewards=result or 0.0, terminated=result is not None)
+        values = buffer.data["values"]
+        return buffer.rollout(truncated=torch.zeros_like(buffer.data["terminated"]),
+                              next_values=torch.cat([values[1:], torch.zeros(1, n)])), finished
+
+
+@dataclass(frozen=True, kw_only=True)
+class TicTacToeSelfPlayOptions(SelfPlayOptions):
+    """Tic-tac-toe against the league.
+
+    Attributes:
+        games_per_runner: games each runner plays at once.
+    """
+
+    games_per_runner: int = 2
+
+
+class TicTacToeSelfPlay(SelfPlayEnvironment):
+    """Tic-tac-toe as self-play's environment: every runner's games side by side, one rollout column each."""
+
+    name = "tictactoe"
+    kind = "tictactoe_selfplay"
+    options_class = TicTacToeSelfPlayOptions
+    runner_class = TicTacToeRunner
+    reward_terms = ("result",)
+    knockout_term = "result"
+
+    @property
+    def num_envs(self) -> int:
+        return self.cfg.num_runners * self.cfg.options.games_per_runner
+
+    def policy_config(self):
+        return RecurrentPolicyConfig(d_obs=OBS_WIDTH, num_actions=9, opponent_window=self.cfg.opponent_window,
+                                     d_strategy=16, d_lstm=self.cfg.d_lstm)
+
+    def league_config(self):
+        return self.cfg.league(strong=("first",), weak=("random",))
+
+    def identity(self):
+        return live_identity("tictactoe_board")
+
+    def runner_kwargs(self, policy_cfg) -> dict:
+        return {"policy_cfg": policy_cfg, "num_envs": self.cfg.options.games_per_runner}
+
+    def collect_args(self, ppo) -> tuple:
+        return (ppo.rollout_steps,)
+
+    def collect(self, results: list, ppo):
+        return concat_rollouts([r for r, _ in results]), [e for _, episodes in results for e in episodes]
+
+
 # ---------------------------------------------------------------------------- registered once
 def register() -> None:
     """Make the game known to every layer, as a game package's registration does."""
@@ -288,6 +434,9 @@ def register() -> None:
         refresh="train again"))
     training_registry.register_model_kind(TicTacToeRecipe.kind, training_registry.ModelKind(
         config=TinyPolicyConfig, module=TinyPolicy, features="tictactoe_board"))
+    training_registry.register_model_kind(TicTacToeSelfPlay.kind, training_registry.ModelKind(
+        config=RecurrentPolicyConfig, module=RecurrentPolicy, features="tictactoe_board"))
+    selfplay_envs.register_environment(TicTacToeSelfPlay)
 
 
 def tiny_train_config(**overrides) -> TicTacToeTrainConfig:

@@ -1,5 +1,6 @@
-"""PPO's learner side: the hyperparameters (one shared set; ``test`` and ``full`` differ only in length and cadence),
-the rollout a learner trains on, and one update over it in minibatches of whole sequences. An environment may train
+"""PPO: the hyperparameters (one shared set; ``test`` and ``full`` differ only in length and cadence), the action
+sampler every runner acts with, the buffer a runner fills step by step and the rollout it gives, and one update over
+it in minibatches of whole sequences. An environment may train
 its observation encoder beside the policy (``TrainableEncoder``): the rollout then carries each step's raw inputs and
 the update recomputes the observations from them with gradients. A fine-tune's rollout carries each step's prior
 logits (the starting policy's, ``models/ppo_policy.RecurrentPolicyConfig.prior``): the policy adds its own to them,
@@ -161,6 +162,45 @@ class TrainableEncoder:
     optimizer: torch.optim.Optimizer
     lr: float
     grad_clip: float
+
+
+def sample_actions(logits: torch.Tensor, generator: torch.Generator | None):
+    """(actions (N,), their log-probabilities (N,)) for logits (N, A) of legal-masked actions: drawn from the
+    softmax with ``generator``, or the most likely where it is None (greedy). Every player that acts for PPO or
+    plays a trained policy draws here, so a seeded run's random stream is one function's."""
+    probs = torch.softmax(logits.float(), -1)
+    if generator is None:
+        actions = probs.argmax(-1)
+    else:
+        actions = torch.multinomial(probs, 1, generator=generator)[:, 0]
+    return actions, torch.log(probs.gather(-1, actions[:, None])[:, 0])
+
+
+class RolloutBuffer:
+    """A rollout's (T, N, ...) tensors, preallocated and filled step by step, as cleanrl's PPO fills its storage.
+    Each key is allocated at its first ``put`` with that value's shape and dtype, filled with ``FILL``'s value
+    (0 or False unless named there) where nothing is put: padding after an episode that ended early."""
+
+    FILL = {"legal": True, "episode_start": True}
+
+    def __init__(self, steps: int, envs: int):
+        self.steps, self.envs, self.data = steps, envs, {}
+
+    def put(self, t, column=slice(None), **values) -> None:
+        """Step(s) ``t`` of ``column`` (every environment by default): each value a tensor, array or number."""
+        for key, value in values.items():
+            value = torch.as_tensor(value)
+            if key not in self.data:
+                shape = value.shape[1:] if isinstance(column, slice) and value.dim() else value.shape
+                self.data[key] = torch.full((self.steps, self.envs, *shape), self.FILL.get(key, 0),
+                                            dtype=value.dtype)
+            self.data[key][t, column] = value
+
+    def rollout(self, **given) -> Rollout:
+        """The ``Rollout`` of what was put (``h`` and ``c``: the LSTM state before each step) and ``given``."""
+        data = {**self.data, **given}
+        names = [f.name for f in dataclasses.fields(Rollout) if f.name != "states"]
+        return Rollout(**{k: data[k] for k in names if k in data}, states=(data["h"], data["c"]))
 
 
 def concat_rollouts(rollouts: list[Rollout]) -> Rollout:

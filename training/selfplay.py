@@ -14,10 +14,9 @@ the checkpoint every ``checkpoint_every``), so a sweep's scheduler (``tune/ppo_s
 collects a worker's report once per health check (2 s by default) and holds one at a time: updates shorter than that
 wait for it.
 
-The environments (``--env``) and their own flags are registered in ``training/selfplay_envs.py``; each game's
-module (``training/<game>/selfplay.py``) says how to run it. Two hooks are optional (``training/selfplay_base.py``
-lists them): ``trainable_encoder`` (an observation encoder trained beside the policy, ``training/ppo.TrainableEncoder``)
-and ``collect_metrics`` (what an environment adds to each update's line).
+This module is self-play's executor: every Ray call of self-play is here. The environments (``--env``, each with its
+own ``--help`` section) are registered in ``training/selfplay_envs.py`` and reached only through the contract of
+``training/selfplay_base.py``; the registered class travels to the Ray Train worker in its config.
 """
 
 from __future__ import annotations
@@ -44,8 +43,14 @@ from training.loop import (
     latest_checkpoint,
 )
 from training.ppo import update
-from training.selfplay_base import ACTOR_SCHEDULING
-from training.selfplay_envs import SelfPlayConfig
+from training.selfplay_base import runner_seed
+from training.selfplay_envs import SelfPlayConfig, environment_class, register_environment
+
+ACTOR_SCHEDULING = "DEFAULT"
+"""Where the learner's runner and league actors go: on the cluster, never into the learner's own placement group.
+Inside a Tune trial (``tune/ppo_sweep.py``) the learner inherits the trial's capture of child tasks, and a runner
+asking 1 CPU was put into the learner's bundle of 0.5 and refused ("cannot fit into any bundles for the placement
+group")."""
 
 
 class LeagueActor:
@@ -104,11 +109,29 @@ def episode_metrics(episodes: list, terms: tuple[str, ...], knockout_term: str, 
     return out
 
 
+def start_runners(env, cfg, policy_cfg, first_update: int, league) -> list:
+    """``cfg.num_runners`` actors of the environment's runner, each with its seed (``runner_seed``), drawing
+    opponents and fetching snapshots from the league actor."""
+    import ray  # not at the top: the driver imports this module before init_local_ray (pipelines/ray_start.py)
+
+    def draw(key=None):
+        return ray.get(league.draw.remote(key))
+
+    def weights_of(name):
+        return ray.get(league.snapshot.remote(name))
+
+    cls = ray.remote(num_cpus=cfg.cpus_per_runner, scheduling_strategy=ACTOR_SCHEDULING)(env.runner_class)
+    shared = env.runner_kwargs(policy_cfg)
+    return [cls.remote(**shared, seed=runner_seed(cfg.seed, first_update, i), index=i, first_update=first_update,
+                       draw_opponent=draw, snapshot_weights=weights_of) for i in range(cfg.num_runners)]
+
+
 def train_loop_per_worker(config: dict) -> None:
     """The learner: runs on one Ray Train worker, drives the runner actors and the league actor."""
     import ray  # not at the top: the driver imports this module before init_local_ray (pipelines/ray_start.py)
 
-    cfg = SelfPlayConfig(**config["cfg"])
+    register_environment(config["environment"])  # a game registered by the driver's caller (a test's toy game)
+    cfg = SelfPlayConfig.from_dict(config["cfg"])
     env = cfg.environment()
     rank, world, device, cuda = start_worker(cfg, "selfplay")
     start, _ = worker_checkpoint(config, device, env.kind)
@@ -124,24 +147,16 @@ def train_loop_per_worker(config: dict) -> None:
         learner.load({"model": start.model, "optimizer": start.optimizer}, optimizer=True)
         set_rng_state(start.rng[0])
         first_update, league_state = start.step, start.extra["league"]
-    trainable = getattr(env, "trainable_encoder", None)  # optional hook (training/selfplay_base.py)
-    encoder = trainable(device, ppo) if trainable is not None else None
+    encoder = env.trainable_encoder(device, ppo)
     generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + first_update)
     league = ray.remote(num_cpus=0, scheduling_strategy=ACTOR_SCHEDULING)(LeagueActor).remote(
         env.league_config(), league_state, cfg.seed + first_update)
-
-    def draw(key=None):
-        return ray.get(league.draw.remote(key))
-
-    def weights_of(name):
-        return ray.get(league.snapshot.remote(name))
-
-    runners = env.runners(policy_cfg, first_update, draw, weights_of)
+    runners = start_runners(env, cfg, policy_cfg, first_update, league)
     try:
         _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_update, generator, rank, world,
                encoder)
     finally:
-        env.close(runners)
+        ray.get([r.close.remote() for r in runners])
 
 
 def _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_update, generator, rank, world,
@@ -159,13 +174,13 @@ def _learn(cfg, env, config, ppo, policy_cfg, learner, league, runners, first_up
     started = time.monotonic()
     for u in range(first_update, ppo.updates):
         weights = {k: v.detach().cpu().clone() for k, v in learner.module.state_dict().items()}
-        ref = ray.put(weights)
+        refs = [ray.put(a) for a in (weights, *env.collect_args(ppo))]  # one object each, read by every runner
         t0 = time.monotonic()
-        rollout, episodes = env.collect(runners, ref, ppo)
+        rollout, episodes = env.collect(ray.get([r.collect.remote(*refs) for r in runners]), ppo)
         collect_s = time.monotonic() - t0
         steps_taken = int(rollout.mask.sum()) if rollout.mask is not None else rollout.actions.numel()
         metrics = update(learner, rollout, ppo, u, generator, encoder)
-        collected = getattr(env, "collect_metrics", dict)()  # optional hook (training/selfplay_base.py)
+        collected = env.collect_metrics()
         league.record.remote([(e.opponent.name, e.score) for e in episodes])
         done = u + 1
         if done % cfg.snapshot_every == 0:
@@ -207,7 +222,8 @@ def run(cfg: SelfPlayConfig, callbacks: tuple = (), name: str = ""):
             raise ValueError(f"--resume: the checkpoint is at update {ckpt.step}, --updates is {updates}")
     # one learner, no restarts (max_failures 0): self-play has no --max-failures
     return launch(train_loop_per_worker,
-                  {"cfg": dataclasses.asdict(cfg), "resume_path": latest, "data": dataclasses.asdict(identity)},
+                  {"cfg": dataclasses.asdict(cfg), "environment": environment_class(cfg.env), "resume_path": latest,
+                   "data": dataclasses.asdict(identity)},
                   cfg, tag="selfplay", callbacks=callbacks, name=name)
 
 

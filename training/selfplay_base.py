@@ -1,39 +1,31 @@
-"""What self-play's core and each game's self-play environment share, naming no game: the settings every run has
-(``SelfPlayCoreConfig``), the finished game a runner reports (``Episode``) and where runner actors are placed
-(``ACTOR_SCHEDULING``).
+"""The self-play contract, naming no game: the environment a game provides (``SelfPlayEnvironment``), its runner
+(``Runner``), its options (``SelfPlayOptions``), the finished game a runner reports (``Episode``) and the settings
+every run has (``SelfPlayCoreConfig``).
 
-A game's environment (``training/<game>/selfplay.py``) imports this module and extends ``SelfPlayCoreConfig`` with
-its own fields; the registry (``training/selfplay_envs.py``) joins the games' configs into the command's
-``SelfPlayConfig``; the core (``training/selfplay.py``) reaches the games through the registry only, so no game
-module imports the core.
-
-An environment's methods the core calls: ``policy_config``, ``start_policy``, ``extra``, ``restore`` (on resume,
-before ``policy_config``), ``league_config``, ``identity``, ``runners``, ``collect``, ``close``, and
-``config_problem``, ``reward_terms``, ``knockout_term``, ``kind``, ``num_envs``. A fine-tune's rollouts carry its
-starting policy's logits (``Rollout.prior``, for a policy with ``RecurrentPolicyConfig.prior``): they are the
-reference policy of ``reference_kl``. Two are optional (``OPTIONAL_HOOKS``), absent where an
-environment has no use for them: ``trainable_encoder(device, ppo)`` → a ``training/ppo.TrainableEncoder`` or None
-(an observation encoder trained beside the policy; its rollouts then carry ``Rollout.inputs``), and
-``collect_metrics()`` → what the last ``collect`` adds to the update's metrics line (the same keys every update).
+A game's module (``training/<game>/selfplay.py``) subclasses ``SelfPlayEnvironment``, ``Runner`` and
+``SelfPlayOptions``; the registry (``training/selfplay_envs.py``) makes it ``--env <name>``; the executor
+(``training/selfplay.py``) drives it through these methods alone, and holds every Ray call: it starts
+``cfg.num_runners`` actors of ``runner_class`` with ``runner_kwargs`` and a seed each (``runner_seed``), hands each
+update's weights and ``collect_args`` to every runner's ``collect``, and gives their results to the environment's
+``collect``, which makes them one ``training/ppo.Rollout``. A fine-tune's rollouts carry its starting policy's
+logits (``Rollout.prior``): they are the reference policy of ``reference_kl``.
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from dataclasses import dataclass
 
 from shards_schema import storage
 from training.league import LeagueConfig
-from training.ppo import PPOConfig
+from training.ppo import PPOConfig, Rollout, TrainableEncoder
 
-ACTOR_SCHEDULING = "DEFAULT"
-"""Where the learner's runner and league actors go: on the cluster, never into the learner's own placement group.
-Inside a Tune trial (``tune/ppo_sweep.py``) the learner inherits the trial's capture of child tasks, and a runner
-asking 1 CPU was put into the learner's bundle of 0.5 and refused ("cannot fit into any bundles for the placement
-group")."""
 
-OPTIONAL_HOOKS = ("trainable_encoder", "collect_metrics")
-"""Environment methods the core calls only where an environment has them (see the module docstring)."""
+def runner_seed(seed: int, first_update: int, index: int) -> int:
+    """Runner ``index``'s seed in a run of ``seed`` started (or resumed) at ``first_update``: a resumed run's runners
+    draw anew, not the first run's games again."""
+    return seed * 1000 + first_update * 10 + index
 
 
 @dataclass
@@ -61,8 +53,7 @@ class Episode:
 
 @dataclass(frozen=True, kw_only=True)
 class SelfPlayCoreConfig:
-    """What every self-play run sets, whatever its game. A game's config extends it (``__post_init__`` and
-    ``normalized`` call their base's first).
+    """What every self-play run sets, whatever its game.
 
     Attributes:
         out: run folder (checkpoints, metrics.csv, wandb).
@@ -130,7 +121,7 @@ class SelfPlayCoreConfig:
 
     def normalized(self):
         """This config with its paths made absolute (workers run in Ray's session folder, where a relative path
-        would point elsewhere) and URIs normalized; a game's config adds its own paths."""
+        would point elsewhere) and URIs normalized."""
         return dataclasses.replace(self, out=storage.normalize(self.out))
 
     def league(self, strong: tuple[str, ...], weak: tuple[str, ...]) -> LeagueConfig:
@@ -151,3 +142,114 @@ class SelfPlayCoreConfig:
                                    entropy_weight=base.entropy_weight if self.entropy_weight is None
                                    else self.entropy_weight,
                                    reference_kl=self.reference_kl, critic_warmup=self.critic_warmup)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SelfPlayOptions:
+    """A game's own options (its ``--help`` section, chosen by ``--env``). A game's options extend it."""
+
+    def normalized(self):
+        """These options with their paths made absolute and URIs normalized (``SelfPlayCoreConfig.normalized``)."""
+        return self
+
+    @classmethod
+    def tiny(cls, **overrides):
+        """The options of the tiny run (tests, demo)."""
+        return cls(**overrides)
+
+
+class Runner(abc.ABC):
+    """Plays a game's games for the learner as a Ray actor (or in the learner's process): ``collect`` plays an
+    update's worth against opponents drawn from the league and returns the learner's side only.
+
+    ``draw_opponent(key=None)`` → an ``Opponent`` (``training/selfplay.LeagueActor.draw``); ``snapshot_weights(name)``
+    → that snapshot's state_dict; ``index``: the runner's place among the run's; ``first_update``: the update it
+    starts at."""
+
+    def __init__(self, *, seed: int, draw_opponent=None, snapshot_weights=None, index: int = 0,
+                 first_update: int = 0):
+        self.seed, self.index, self.update = seed, index, first_update
+        self.draw_opponent, self.snapshot_weights = draw_opponent, snapshot_weights
+
+    @abc.abstractmethod
+    def collect(self, weights: dict, *args):
+        """One update's games with the learner's ``weights`` and the environment's ``collect_args``."""
+
+    def close(self) -> None:  # noqa: B027 (optional: most runners hold nothing outside their process)
+        """Release what the runner holds outside its process (a server)."""
+
+
+class SelfPlayEnvironment(abc.ABC):
+    """A game as self-play's environment: its policy's shapes, league, runners and how their results make a
+    rollout. Built from the run's ``SelfPlayConfig`` (``cfg.options``: the game's own).
+
+    Attributes:
+        name: its ``--env`` value.
+        kind: the kind of its checkpoints.
+        options_class: its ``SelfPlayOptions``.
+        runner_class: its ``Runner``.
+        reward_terms: the names of an ``Episode``'s terms.
+        knockout_term: the term the metrics' ``knockouts`` are.
+    """
+
+    name: str
+    kind: str
+    options_class: type[SelfPlayOptions]
+    runner_class: type[Runner]
+    reward_terms: tuple[str, ...]
+    knockout_term: str
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    @staticmethod
+    def config_problem(cfg) -> str | None:
+        """What this environment cannot do with ``cfg``, or None."""
+        return None
+
+    @property
+    @abc.abstractmethod
+    def num_envs(self) -> int:
+        """Rollout columns per update, over every runner."""
+
+    @abc.abstractmethod
+    def policy_config(self):
+        """The policy's ``RecurrentPolicyConfig`` (after ``restore`` on resume)."""
+
+    @abc.abstractmethod
+    def league_config(self) -> LeagueConfig:
+        """The league: the run's cadence and mix (``cfg.league``) over this game's bots."""
+
+    @abc.abstractmethod
+    def identity(self):
+        """The ``DataIdentity`` the run's checkpoints carry."""
+
+    @abc.abstractmethod
+    def runner_kwargs(self, policy_cfg) -> dict:
+        """What every runner is made with beside ``Runner``'s own arguments (computed once, on the learner)."""
+
+    @abc.abstractmethod
+    def collect_args(self, ppo: PPOConfig) -> tuple:
+        """The arguments of an update's ``Runner.collect`` after the weights (each put once in the object store)."""
+
+    @abc.abstractmethod
+    def collect(self, results: list, ppo: PPOConfig) -> tuple[Rollout, list[Episode]]:
+        """Every runner's ``collect`` result → (the update's rollout, the games that finished)."""
+
+    def start_policy(self, policy) -> None:  # noqa: B027 (optional: a fresh policy starts as initialized)
+        """Set a fresh policy's starting weights."""
+
+    def trainable_encoder(self, device, ppo: PPOConfig) -> TrainableEncoder | None:
+        """An observation encoder trained beside the policy (its rollouts then carry ``Rollout.inputs``), or None."""
+        return None
+
+    def collect_metrics(self) -> dict:
+        """What the last ``collect`` adds to the update's metrics line (the same keys every update)."""
+        return {}
+
+    def extra(self) -> dict:
+        """What a checkpoint keeps beside the policy and the league."""
+        return {}
+
+    def restore(self, extra: dict) -> None:  # noqa: B027 (optional: nothing beside the policy and the league)
+        """On resume, before ``policy_config``: what ``extra`` kept."""

@@ -156,7 +156,7 @@ class SweepConfig:
     def selfplay_config(self, lr: float, entropy_weight: float, out: str, resources: dict):
         """The self-play run of one trial: this sweep's shared settings, one lr and one entropy weight, the
         trial's share of the cluster (``selfplay_resources``)."""
-        return SelfPlayConfig(
+        return SelfPlayConfig.from_flags(
             out=out, env="melee", shards=self.shards, world_model=self.world_model,
             world_model_preset=self.world_model_preset, preset="full", updates=self.updates, lr=lr,
             entropy_weight=entropy_weight, num_runners=self.num_runners, envs_per_runner=self.envs_per_runner,

@@ -4,7 +4,6 @@ league surviving a checkpoint round trip."""
 from __future__ import annotations
 
 import collections
-import dataclasses
 import io
 import random
 
@@ -87,14 +86,16 @@ def test_a_runs_opponent_mix_reaches_each_environments_league(tmp_path):
     from training.pokemon.selfplay import PokemonSelfPlay
     from training.selfplay import SelfPlayConfig
 
-    cfg = SelfPlayConfig(out=str(tmp_path), shards="s", snapshot_share=0.45, strong_share=0.5, weak_share=0.05)
+    cfg = SelfPlayConfig.from_flags(out=str(tmp_path), shards="s", snapshot_share=0.45, strong_share=0.5,
+                                    weak_share=0.05)
     league = MeleeSelfPlay(cfg).league_config()
     assert (league.snapshot_share, league.strong_share, league.weak_share) == (0.45, 0.5, 0.05)
     assert league.strong == ("replay",) and league.snapshot_every == cfg.snapshot_every
-    pokemon = PokemonSelfPlay(dataclasses.replace(cfg, env="pokemon", encoder_preset="tiny")).league_config()
+    pokemon = PokemonSelfPlay(SelfPlayConfig.from_flags(out=str(tmp_path), env="pokemon", encoder_preset="tiny",
+                                                        strong_share=0.5, snapshot_share=0.45)).league_config()
     assert pokemon.strong_share == 0.5 and pokemon.strong == ("heuristic", "maxbp")
     with pytest.raises(ValueError, match="sum to 1"):
-        SelfPlayConfig(out=str(tmp_path), shards="s", snapshot_share=0.5, strong_share=0.5, weak_share=0.05)
+        SelfPlayConfig.from_flags(out=str(tmp_path), shards="s", snapshot_share=0.5, strong_share=0.5, weak_share=0.05)
 
 
 def test_a_keyed_draw_is_the_same_in_every_process():

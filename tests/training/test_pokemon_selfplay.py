@@ -210,7 +210,7 @@ def test_a_trained_encoder_changes_and_resumes_exactly(start, tmp_path, one_torc
                                       torch.stack([w[1] for w in window])[None], legal)
             battles.append(RecordedBattle(steps=me.steps.pop(tag), result=1.0 - 2 * b,
                                           end=TeamState(0.5, 0.25 * b, 1, 3)))
-        return battles_to_rollout(battles, 4, cfg.reward_weights(), 0.99)
+        return battles_to_rollout(battles, 4, cfg.options.reward_weights(), 0.99)
 
     def begin(extra=None, model=None, optimizer=None):
         env = PokemonSelfPlay(cfg)
@@ -237,7 +237,7 @@ def test_a_trained_encoder_changes_and_resumes_exactly(start, tmp_path, one_torc
                 if start == "slots":  # the policy is its prior at step 0
                     assert float(first["reference_agreement"]) == 1.0 and float(first["reference_kl"]) < 1e-6
             metrics = update(learner, rollout, ppo, u, torch.Generator().manual_seed(u), encoder=encoder)
-            assert metrics["encoder_grad_norm"] > 0 and metrics["encoder_lr"] <= cfg.encoder_lr
+            assert metrics["encoder_grad_norm"] > 0 and metrics["encoder_lr"] <= cfg.options.encoder_lr
         return {**{f"policy.{k}": v for k, v in policy.state_dict().items()},
                 **{f"encoder.{k}": v for k, v in env.bc.state_dict().items()}}
 

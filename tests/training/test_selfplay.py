@@ -48,22 +48,46 @@ def test_a_short_run_then_a_resume_keeps_the_league(synthetic_frames, tmp_path):
 
 
 def test_the_fine_tune_settings_reach_ppo_and_need_a_starting_policy(tmp_path):
-    cfg = SelfPlayConfig(out=str(tmp_path), env="pokemon", policy_init="bc", reference_kl=0.05, critic_warmup=10)
+    cfg = SelfPlayConfig.from_flags(out=str(tmp_path), env="pokemon", policy_init="bc", reference_kl=0.05,
+                                    critic_warmup=10)
     ppo = cfg.ppo(num_envs=16)
     assert (ppo.reference_kl, ppo.critic_warmup) == (0.05, 10)
     with pytest.raises(ValueError, match="--reference-kl needs"):
-        SelfPlayConfig(out=str(tmp_path), env="pokemon", reference_kl=0.05)  # from scratch: nothing to stay near
+        SelfPlayConfig.from_flags(out=str(tmp_path), env="pokemon", reference_kl=0.05)  # from scratch: no start
     with pytest.raises(ValueError, match="--reference-kl needs"):
-        SelfPlayConfig(out=str(tmp_path), shards="s", reference_kl=0.05)
+        SelfPlayConfig.from_flags(out=str(tmp_path), shards="s", reference_kl=0.05)
 
 
 def test_lr_and_entropy_weight_override_the_preset_only_where_set(tmp_path):
     from training.ppo import PPOConfig
 
     preset = PPOConfig.full()
-    default = SelfPlayConfig(out=str(tmp_path), shards="s").ppo(num_envs=8)
+    default = SelfPlayConfig.from_flags(out=str(tmp_path), shards="s").ppo(num_envs=8)
     assert (default.lr, default.entropy_weight) == (preset.lr, preset.entropy_weight)
-    swept = SelfPlayConfig(out=str(tmp_path), shards="s", lr=1e-3, entropy_weight=0.0).ppo(num_envs=8)
+    swept = SelfPlayConfig.from_flags(out=str(tmp_path), shards="s", lr=1e-3, entropy_weight=0.0).ppo(num_envs=8)
     assert (swept.lr, swept.entropy_weight) == (1e-3, 0.0)  # 0 is a weight, not "the preset's"
     with pytest.raises(ValueError, match="--entropy-weight"):
-        SelfPlayConfig(out=str(tmp_path), shards="s", entropy_weight=-0.01)
+        SelfPlayConfig.from_flags(out=str(tmp_path), shards="s", entropy_weight=-0.01)
+
+
+def test_each_environment_has_its_own_options_and_old_flat_configs_still_load(tmp_path, capsys):
+    import dataclasses
+
+    from pipelines.cli import parse_config
+    from training.melee.selfplay import MeleeSelfPlayOptions
+    from training.pokemon.selfplay import PokemonSelfPlayOptions
+
+    cfg = SelfPlayConfig.from_flags(out=str(tmp_path), shards="s", max_frames=30, seed=3)
+    assert cfg.options == MeleeSelfPlayOptions(shards="s", max_frames=30) and cfg.seed == 3
+    assert SelfPlayConfig.from_dict(dataclasses.asdict(cfg)) == cfg
+    # a checkpoint written when the config held every game's fields side by side
+    flat = {**{k: v for k, v in dataclasses.asdict(cfg).items() if k != "options"},
+            **dataclasses.asdict(cfg.options), **dataclasses.asdict(PokemonSelfPlayOptions())}
+    assert SelfPlayConfig.from_dict(flat) == cfg
+    with pytest.raises(ValueError, match="--battles-per-runner is an option of --env pokemon"):
+        SelfPlayConfig.from_flags(out=str(tmp_path), shards="s", battles_per_runner=2)
+    with pytest.raises(SystemExit):
+        parse_config(SelfPlayConfig, ["--help"])
+    text = capsys.readouterr().out
+    assert "options of --env melee" in text and "options of --env pokemon" in text
+    assert text.index("\n  --max-frames") > text.index("options of --env melee")

@@ -33,7 +33,7 @@ def test_the_sweep_config_checks_its_axes_and_windows():
         SweepConfig(shards="s", out="o", world_model="untrained", snapshot_share=0.9)
     tiny = SweepConfig.tiny(shards="s", out="o")
     cfg = tiny.selfplay_config(1e-2, 0.0, "o/trials/x", {})
-    ppo = cfg.ppo(cfg.num_runners * cfg.envs_per_runner)
+    ppo = cfg.ppo(cfg.num_runners * cfg.options.envs_per_runner)
     assert (ppo.lr, ppo.entropy_weight, ppo.updates) == (1e-2, 0.0, tiny.updates)
 
 

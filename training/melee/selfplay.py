@@ -31,8 +31,8 @@ from training.melee.env import FrameOutcome, MeleeWorldEnv
 from training.melee.rollout_rules import CLASSES, Frame
 from training.melee.world_model import load_model
 from training.melee.world_model_rollout import RandomPolicy, game_row, replay_controllers
-from training.ppo import Rollout, concat_rollouts
-from training.selfplay_base import ACTOR_SCHEDULING, Episode, SelfPlayCoreConfig
+from training.ppo import RolloutBuffer, concat_rollouts, sample_actions
+from training.selfplay_base import Episode, Runner, SelfPlayEnvironment, SelfPlayOptions
 
 A, B, X, Z, L, R = 0x100, 0x200, 0x400, 0x10, 0x40, 0x20
 CONTROLLER_ACTIONS: tuple[tuple[str, tuple[int, ...], float, float, float, float, float], ...] = (
@@ -167,8 +167,7 @@ class PolicyController:
                                    torch.tensor([self.start]), torch.ones(1, NUM_ACTIONS, dtype=torch.bool),
                                    self.state)
         self.state, self.start = out.state, False
-        action = int(torch.multinomial(torch.softmax(out.logits[0, 0], -1), 1, generator=self.generator))
-        return controller(action)
+        return controller(int(sample_actions(out.logits[:, 0], self.generator)[0][0]))
 
 
 def window_arrays(history: list[np.ndarray], window: int) -> tuple[np.ndarray, np.ndarray]:
@@ -192,27 +191,22 @@ def _score(frame: Frame, side: int) -> float:
     return 0.5 if abs(my_damage - their_damage) < 1e-6 else float(my_damage < their_damage)
 
 
-class MeleeRunner:
+class MeleeRunner(Runner):
     """Plays ``num_envs`` world-model games for the learner against league opponents and returns the learner's side
-    only (``training/ppo.Rollout``): its observations, actions, rewards and memory states. An environment runner runs
-    as a Ray actor (``ray.remote(MeleeRunner)``) or in the learner's process (the single-process baseline).
+    only (``training/ppo.Rollout``): its observations, actions, rewards and memory states. The learner's side is
+    drawn per game; weak = random controller, strong = the replay's recorded controller."""
 
-    ``draw_opponent()`` → an ``Opponent`` (kind ``snapshot``, ``strong`` or ``weak``); ``snapshot_weights(name)`` →
-    that snapshot's state_dict. The learner's side is drawn per game; weak = random controller, strong = the
-    replay's recorded controller."""
-
-    def __init__(self, world_model, shards, policy_cfg, *, num_envs: int, seed: int, seed_frames: int = 60,
-                 max_frames: int = 600, reward_per_percent: float = 0.01, draw_opponent=None,
-                 snapshot_weights=None, torch_threads: int = 1):
+    def __init__(self, world_model, shards, policy_cfg, *, num_envs: int, seed_frames: int = 60,
+                 max_frames: int = 600, reward_per_percent: float = 0.01, torch_threads: int = 1, **common):
+        super().__init__(**common)
         if torch_threads:
             torch.set_num_threads(torch_threads)  # batch-1 model steps: one thread is fastest on CPU
         self.policy_cfg, self.reward_per_percent = policy_cfg, reward_per_percent
         self.policy = RecurrentPolicy(policy_cfg).eval()
         self.envs = [MeleeWorldEnv(world_model, shards, seed_frames=seed_frames, max_frames=max_frames,
                                    reward_per_percent=reward_per_percent) for _ in range(num_envs)]
-        self.rng = np.random.default_rng(seed)
-        self.generator = torch.Generator().manual_seed(seed)
-        self.draw_opponent, self.snapshot_weights = draw_opponent, snapshot_weights
+        self.rng = np.random.default_rng(self.seed)
+        self.generator = torch.Generator().manual_seed(self.seed)
         self.seed_frames, self.max_frames = seed_frames, max_frames
         self._snapshots: dict[str, object] = {}
         self.games = [self._new_game(i) for i in range(num_envs)]
@@ -261,23 +255,19 @@ class MeleeRunner:
         ``Episode``s). Games carry over between calls, as does the learner's memory."""
         self.policy.load_state_dict(weights)
         n = len(self.envs)
-        keys = ("obs", "opponent", "opponent_valid", "episode_start", "actions", "logp", "values", "rewards",
-                "terminated", "truncated", "final_values", "h", "c")
-        record = {k: [] for k in keys}
+        buffer = RolloutBuffer(steps, n)
         legal = torch.ones(n, NUM_ACTIONS, dtype=torch.bool)
         finished: list[Episode] = []
-        for _ in range(steps):
+        for t in range(steps):
             obs, opponent, valid = self._views(record=True)
             start = torch.tensor([g["start"] for g in self.games])
-            record["h"].append(self.state[0])
-            record["c"].append(self.state[1])
             with torch.no_grad():
                 out = self.policy.step(torch.from_numpy(obs), torch.from_numpy(opponent), torch.from_numpy(valid),
                                        start, legal, self.state)
-            probs = torch.softmax(out.logits[:, 0].float(), -1)
-            actions = torch.multinomial(probs, 1, generator=self.generator)[:, 0]
+            actions, logp = sample_actions(out.logits[:, 0], self.generator)
+            buffer.put(t, obs=obs, opponent=opponent, opponent_valid=valid, legal=legal, episode_start=start,
+                       actions=actions, logp=logp, values=out.values[:, 0], h=self.state[0], c=self.state[1])
             self.state = out.state
-            rewards, terminated, truncated, final_values = [], [], [], []
             for i, (env, game) in enumerate(zip(self.envs, self.games, strict=True)):
                 before, side = env.frame, game["side"]
                 mine = controller(int(actions[i]))
@@ -301,42 +291,21 @@ class MeleeRunner:
                                             terms=dict(game["terms"]), reward=game["reward"],
                                             score=_score(env.frame, side), truncated=bool(trunc)))
                     self.games[i] = self._new_game(i)
-                rewards.append(reward)
-                terminated.append(bool(term))
-                truncated.append(bool(trunc))
-                final_values.append(final)
-            for key, value in (("obs", obs), ("opponent", opponent), ("opponent_valid", valid)):
-                record[key].append(torch.from_numpy(value))
-            record["episode_start"].append(start)
-            record["actions"].append(actions)
-            record["logp"].append(torch.log(probs.gather(-1, actions[:, None])[:, 0]))
-            record["values"].append(out.values[:, 0])
-            record["rewards"].append(torch.tensor(rewards))
-            record["terminated"].append(torch.tensor(terminated))
-            record["truncated"].append(torch.tensor(truncated))
-            record["final_values"].append(torch.tensor(final_values))
+                buffer.put(t, i, rewards=reward, terminated=bool(term), truncated=bool(trunc), final_values=final)
         # the value after the last step: the games' current observations under the memory they carry on with
         obs, opponent, valid = self._views(record=False)
         with torch.no_grad():
             bootstrap = self.policy.step(torch.from_numpy(obs), torch.from_numpy(opponent), torch.from_numpy(valid),
                                          torch.tensor([g["start"] for g in self.games]), legal,
                                          self.state).values[:, 0]
-        stacked = {k: torch.stack(v) for k, v in record.items()}
-        values = stacked["values"]
-        next_values = torch.cat([values[1:], bootstrap[None]])
-        next_values = torch.where(stacked["truncated"], stacked["final_values"], next_values)
-        rollout = Rollout(obs=stacked["obs"], opponent=stacked["opponent"], opponent_valid=stacked["opponent_valid"],
-                          legal=legal[None].expand(steps, n, NUM_ACTIONS), episode_start=stacked["episode_start"],
-                          actions=stacked["actions"], logp=stacked["logp"], values=values,
-                          rewards=stacked["rewards"], terminated=stacked["terminated"],
-                          truncated=stacked["truncated"], next_values=next_values,
-                          states=(stacked["h"], stacked["c"]))
-        return rollout, finished
+        data = buffer.data
+        next_values = torch.cat([data["values"][1:], bootstrap[None]])
+        return buffer.rollout(next_values=torch.where(data["truncated"], data["final_values"], next_values)), finished
 
 
 @dataclass(frozen=True, kw_only=True)
-class MeleeSelfPlayConfig(SelfPlayCoreConfig):
-    """A self-play run in the Melee world model.
+class MeleeSelfPlayOptions(SelfPlayOptions):
+    """Melee in the world model: its games and their reward.
 
     Attributes:
         shards: the melee_frames shard version the games are seeded from (a local path or a URI).
@@ -358,82 +327,71 @@ class MeleeSelfPlayConfig(SelfPlayCoreConfig):
     reward_per_percent: float = 0.01
 
     def __post_init__(self):
-        super().__post_init__()
         if min(self.envs_per_runner, self.max_frames) < 1:
             raise ValueError("--envs-per-runner and --max-frames must be >= 1")
 
     def normalized(self):
-        cfg = super().normalized()
-        return dataclasses.replace(cfg, **{k: storage.normalize(getattr(cfg, k)) for k in ("shards", "world_model")
-                                           if getattr(cfg, k) and getattr(cfg, k) != "untrained"})
+        return dataclasses.replace(self, **{k: storage.normalize(getattr(self, k)) for k in ("shards", "world_model")
+                                            if getattr(self, k) and getattr(self, k) != "untrained"})
+
+    @classmethod
+    def tiny(cls, **overrides):
+        return cls(**{"envs_per_runner": 2, "seed_frames": 20, "max_frames": 12, **overrides})
 
 
-class MeleeSelfPlay:
-    """The Melee world model as ``training/selfplay.py``'s environment: its policy shape, league, runners and how
-    their results make one rollout."""
+class MeleeSelfPlay(SelfPlayEnvironment):
+    """The Melee world model as self-play's environment: every runner's games side by side, one rollout column
+    each."""
 
+    name = "melee"
     kind = "melee_selfplay"
+    options_class = MeleeSelfPlayOptions
+    runner_class = MeleeRunner
     reward_terms = tuple(RewardTerms.__dataclass_fields__)
     knockout_term = "stocks_taken"
 
     @staticmethod
     def config_problem(cfg) -> str | None:
-        """What this environment cannot do with ``cfg``, or None."""
         if cfg.reference_kl:
             return "--reference-kl needs a policy to stay near, and Melee self-play starts from none"
         return None
 
     def __init__(self, cfg):
-        if not cfg.shards:
+        if not cfg.options.shards:
             raise ValueError("--env melee needs --shards: the melee_frames version the games are seeded from")
-        self.cfg = cfg
-        self.num_envs = cfg.num_runners * cfg.envs_per_runner  # rollout columns: every runner's games
+        super().__init__(cfg)
+
+    @property
+    def num_envs(self) -> int:
+        return self.cfg.num_runners * self.cfg.options.envs_per_runner
 
     def policy_config(self):
         return RecurrentPolicyConfig(d_obs=OBS_WIDTH, num_actions=NUM_ACTIONS,
                                      opponent_window=self.cfg.opponent_window, d_lstm=self.cfg.d_lstm)
 
-    def start_policy(self, policy) -> None:
-        """A fresh policy starts as initialized (no offline-RL policy plays Melee here)."""
-
-    def extra(self) -> dict:
-        """Nothing beside the policy: the world model and shards are named in the run's config."""
-        return {}
-
-    def restore(self, extra: dict) -> None:
-        """Nothing to restore beside the policy and the league."""
-
     def league_config(self):
         return self.cfg.league(strong=("replay",), weak=("random",))
 
     def identity(self):
-        return shard_identity(open_version(self.cfg.shards))
+        return shard_identity(open_version(self.cfg.options.shards))
 
-    def runners(self, policy_cfg, first_update: int, draw, weights_of) -> list:
-        import ray  # not at the top: ray is imported only after training/loop.init_local_ray (pipelines/ray_start.py)
+    def runner_kwargs(self, policy_cfg) -> dict:
+        o = self.cfg.options
+        return dict(world_model=load_world_model(o, self.cfg.seed), shards=o.shards, policy_cfg=policy_cfg,
+                    num_envs=o.envs_per_runner, seed_frames=o.seed_frames, max_frames=o.max_frames,
+                    reward_per_percent=o.reward_per_percent)
 
-        world_model = load_world_model(self.cfg)
-        cls = ray.remote(num_cpus=self.cfg.cpus_per_runner, scheduling_strategy=ACTOR_SCHEDULING)(MeleeRunner)
-        return [cls.remote(world_model, self.cfg.shards, policy_cfg, num_envs=self.cfg.envs_per_runner,
-                           seed=self.cfg.seed * 1000 + first_update * 10 + i, seed_frames=self.cfg.seed_frames,
-                           max_frames=self.cfg.max_frames, reward_per_percent=self.cfg.reward_per_percent,
-                           draw_opponent=draw, snapshot_weights=weights_of) for i in range(self.cfg.num_runners)]
+    def collect_args(self, ppo) -> tuple:
+        return (ppo.rollout_steps,)
 
-    def collect(self, runners: list, weights_ref, ppo):
-        """(rollout of every runner's games side by side, finished ``Episode``s)."""
-        import ray  # see runners: ray only after init_local_ray
-
-        results = ray.get([r.collect.remote(weights_ref, ppo.rollout_steps) for r in runners])
+    def collect(self, results: list, ppo):
         return concat_rollouts([r for r, _ in results]), [e for _, episodes in results for e in episodes]
 
-    def close(self, runners: list) -> None:
-        """Nothing outside the runners' processes to stop."""
 
-
-def load_world_model(cfg):
-    """The world model a run's games play in: ``cfg.world_model``'s checkpoint, or with ``untrained`` a fresh model
-    of ``cfg.world_model_preset`` initialised from ``cfg.seed``."""
-    if cfg.world_model == "untrained":
-        torch.manual_seed(cfg.seed)
-        return WorldModel(WorldModelConfig.preset(cfg.world_model_preset)).eval()
-    return load_model(cfg.world_model)
+def load_world_model(options: MeleeSelfPlayOptions, seed: int):
+    """The world model a run's games play in: ``options.world_model``'s checkpoint, or with ``untrained`` a fresh
+    model of ``options.world_model_preset`` initialised from ``seed``."""
+    if options.world_model == "untrained":
+        torch.manual_seed(seed)
+        return WorldModel(WorldModelConfig.preset(options.world_model_preset)).eval()
+    return load_model(options.world_model)

@@ -27,6 +27,7 @@ from pipelines.pokemon.tracker import BattleTracker
 from shards_schema import storage
 from shards_schema.pokemon import NUM_MOVES
 from training.checkpoints import CheckpointError, from_state, live_identity, load_state, read_checkpoint, state_file
+from training.ppo import sample_actions
 from training.registry import POKEMON_OBSERVATION
 
 
@@ -130,15 +131,7 @@ def policy_action(model, tokens, numeric, legal, generator: torch.Generator | No
     distribution with ``generator``, or its most likely one where ``generator`` is None."""
     with torch.no_grad():
         out = model(tokens, numeric, legal, torch.ones(legal.shape[:2], dtype=torch.bool))
-    return pick_action(torch.softmax(out.logits[0, -1].float(), -1), generator)
-
-
-def pick_action(probs: torch.Tensor, generator: torch.Generator | None) -> int:
-    """An action of a distribution over actions (9,): drawn with ``generator``, or the most likely one where it is
-    None (greedy: evaluation's default)."""
-    if generator is None:
-        return int(probs.argmax())
-    return int(torch.multinomial(probs, 1, generator=generator))
+    return int(sample_actions(out.logits[:, -1], generator)[0][0])
 
 
 def request_options(request: dict) -> int:

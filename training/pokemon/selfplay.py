@@ -61,9 +61,9 @@ from training.pokemon.selfplay_player import (
     start_state,
 )
 from training.pokemon.showdown_server import free_port, showdown_server
-from training.ppo import Rollout, TrainableEncoder
+from training.ppo import RolloutBuffer, TrainableEncoder
 from training.registry import POKEMON_OBSERVATION
-from training.selfplay_base import ACTOR_SCHEDULING, Episode, SelfPlayCoreConfig
+from training.selfplay_base import Episode, Runner, SelfPlayEnvironment, SelfPlayOptions
 
 OPPONENT_CLASSES = {"heuristic": "SimpleHeuristicsPlayer", "maxbp": "MaxBasePowerPlayer", "random": "RandomPlayer"}
 """Scripted opponents by league name: ``heuristic`` and ``maxbp`` strong, ``random`` weak."""
@@ -154,36 +154,16 @@ def battles_to_rollout(battles: list[RecordedBattle], seq_len: int, weights: Rew
     rollout's ``inputs`` (tokens, numeric, turns) for a trained encoder."""
     longest = max(len(b.steps) for b in battles)
     t = -(-longest // seq_len) * seq_len
-    n = len(battles)
-    first = battles[0].steps[0]
-
-    def column(key, fill):
-        out = torch.full((t, n, *torch.as_tensor(first[key]).shape), fill, dtype=torch.as_tensor(first[key]).dtype)
-        for j, b in enumerate(battles):
-            out[:len(b.steps), j] = torch.stack([torch.as_tensor(s[key]) for s in b.steps])
-        return out
-
-    mask = torch.zeros(t, n, dtype=torch.bool)
-    rewards = torch.zeros(t, n)
-    terminated = torch.zeros(t, n, dtype=torch.bool)
+    buffer = RolloutBuffer(t, len(battles))
     for j, b in enumerate(battles):
-        mask[:len(b.steps), j] = True
-        rewards[:len(b.steps), j] = torch.tensor(battle_rewards(b, weights, gamma)[0])
-        terminated[len(b.steps) - 1:, j] = True  # the end, and the padding after it (no value flows back from it)
-    values = column("values", 0.0)
-    legal = column("legal", True)
-    inputs = None
-    if "tokens" in first:
-        inputs = {"tokens": column("tokens", 0), "numeric": column("numeric", 0.0), "turns": column("turns", 0)}
-    prior = column("prior", 0.0) if "prior" in first else None
-    return Rollout(obs=column("obs", 0.0), opponent=column("opponent", 0.0),
-                   opponent_valid=column("opponent_valid", False), legal=legal,
-                   episode_start=column("episode_start", True), actions=column("actions", 0),
-                   logp=column("logp", 0.0), values=values, rewards=rewards, terminated=terminated,
-                   truncated=torch.zeros(t, n, dtype=torch.bool),
-                   next_values=torch.cat([values[1:], torch.zeros(1, n)]), states=(column("h", 0.0),
-                                                                                   column("c", 0.0)),
-                   mask=mask, inputs=inputs, prior=prior)
+        rewards = battle_rewards(b, weights, gamma)[0]
+        for i, step in enumerate(b.steps):
+            buffer.put(i, j, **{k: v for k, v in step.items() if k != "team"}, rewards=rewards[i], mask=True)
+        buffer.put(slice(len(b.steps) - 1, None), j, terminated=True)  # the end, and the padding after it
+    data = buffer.data
+    inputs = {k: data[k] for k in ("tokens", "numeric", "turns")} if "tokens" in data else None
+    return buffer.rollout(truncated=torch.zeros_like(data["mask"]), inputs=inputs,
+                          next_values=torch.cat([data["values"][1:], torch.zeros(1, len(battles))]))
 
 
 def battle_draws(draw_opponent, draw_seed: int, update: int, index: int, battles: int) -> collections.Counter:
@@ -193,10 +173,10 @@ def battle_draws(draw_opponent, draw_seed: int, update: int, index: int, battles
     return collections.Counter(draw_opponent((draw_seed, update, index, b)) for b in range(battles))
 
 
-class PokemonRunner:
+class PokemonRunner(Runner):
     """Plays real battles for the learner on its own local Showdown server (started on a free loopback port, stopped
     by PID when the runner closes) against opponents drawn from the league: past snapshots (the same player with a
-    snapshot's weights, recording nothing) or poke-env's scripted bots. Runs as a Ray actor or in process.
+    snapshot's weights, recording nothing) or poke-env's scripted bots.
 
     ``draw_opponent(key)`` → the ``Opponent`` of the battle ``key`` names: (``draw_seed``, update, ``index``, battle),
     the update counted from ``first_update``. ``record_inputs``: record each decision's encoder window (a trained
@@ -205,13 +185,12 @@ class PokemonRunner:
     sends each argument apart and the same module twice would arrive as two), its frozen copy, or None."""
 
     def __init__(self, bc_model, context: int, policy_cfg, *, battle_format: str = "gen9randombattle",
-                 seed: int = 0, draw_opponent=None, snapshot_weights=None, concurrency: int = 2, index: int = 0,
-                 first_update: int = 0, draw_seed: int = 0, record_inputs: bool = False, start=None):
+                 concurrency: int = 2, draw_seed: int = 0, record_inputs: bool = False, start=None, **common):
+        super().__init__(**common)
         self.bc_model, self.context, self.policy_cfg = bc_model.eval(), context, policy_cfg
         self.start = self.bc_model if start == "encoder" else start.eval() if start is not None else None
-        self.format, self.seed, self.concurrency = battle_format, seed, concurrency
-        self.draw_opponent, self.snapshot_weights = draw_opponent, snapshot_weights
-        self.index, self.update, self.draw_seed, self.record_inputs = index, first_update, draw_seed, record_inputs
+        self.format, self.concurrency = battle_format, concurrency
+        self.draw_seed, self.record_inputs = draw_seed, record_inputs
         self.policy = RecurrentPolicy(policy_cfg)
         self._server = showdown_server(free_port())
         self.url = self._server.__enter__()
@@ -282,8 +261,8 @@ def untrained_encoder(preset: str, seed: int):
 
 
 @dataclass(frozen=True, kw_only=True)
-class PokemonSelfPlayConfig(SelfPlayCoreConfig):
-    """A self-play run in real Pokémon battles.
+class PokemonSelfPlayOptions(SelfPlayOptions):
+    """Pokémon in real battles: the encoder the policy reads, the battles and their dense reward terms.
 
     Attributes:
         policy_init: the offline-RL checkpoint (training/pokemon/offline_rl.py, either action head) whose turn
@@ -316,64 +295,72 @@ class PokemonSelfPlayConfig(SelfPlayCoreConfig):
     reward_keep_optimum: bool = False
 
     def __post_init__(self):
-        super().__post_init__()
         if self.encoder_lr < 0:
             raise ValueError("--encoder-lr must be >= 0 (0: the encoder stays frozen)")
 
     def normalized(self):
-        cfg = super().normalized()
-        return dataclasses.replace(cfg, policy_init=storage.normalize(cfg.policy_init)) if cfg.policy_init else cfg
+        return dataclasses.replace(self, policy_init=storage.normalize(self.policy_init)) if self.policy_init else self
+
+    @classmethod
+    def tiny(cls, **overrides):
+        return cls(**{"battles_per_runner": 2, **overrides})
 
     def reward_weights(self) -> RewardWeights:
         return RewardWeights(knockout_dealt=self.reward_knockout_dealt, knockout_taken=self.reward_knockout_taken,
                              hp_swing=self.reward_hp_swing, keep_optimum=self.reward_keep_optimum)
 
 
-class PokemonSelfPlay:
-    """Real Pokémon battles as ``training/selfplay.py``'s environment. With ``--policy-init`` (an offline-RL
-    checkpoint, linear or slot head) its turn features are the observations and its logits the policy's prior (see
-    the module docstring), so at step 0 the learner chooses as that policy does; the checkpoint's observation spec
-    and vocabulary are checked against this code's before any battle. Without it, the run starts from scratch: the
-    observations are the turn features of an untrained encoder of ``--encoder-preset`` (initialised from ``--seed``)
-    and the policy, without a prior, starts as initialised. Either encoder is frozen unless ``--encoder-lr`` trains
-    it, and is saved in every checkpoint (with its optimizer's state where it trains) with the starting policy, so
-    evaluation plays the encoder and the prior the policy was trained on."""
+class PokemonSelfPlay(SelfPlayEnvironment):
+    """Real Pokémon battles as self-play's environment, one battle per rollout column. With ``--policy-init`` (an
+    offline-RL checkpoint, linear or slot head) its turn features are the observations and its logits the policy's
+    prior (see the module docstring), so at step 0 the learner chooses as that policy does; the checkpoint's
+    observation spec and vocabulary are checked against this code's before any battle. Without it, the run starts
+    from scratch: the observations are the turn features of an untrained encoder of ``--encoder-preset``
+    (initialised from ``--seed``) and the policy, without a prior, starts as initialised. Either encoder is frozen
+    unless ``--encoder-lr`` trains it, and is saved in every checkpoint (with its optimizer's state where it trains)
+    with the starting policy, so evaluation plays the encoder and the prior the policy was trained on."""
 
+    name = "pokemon"
     kind = "pokemon_selfplay"
+    options_class = PokemonSelfPlayOptions
+    runner_class = PokemonRunner
     reward_terms = ("result", "knockouts_dealt", "knockouts_taken", "hp_dealt", "hp_taken", "shaping")
     knockout_term = "knockouts_dealt"
 
     @staticmethod
     def config_problem(cfg) -> str | None:
-        """What this environment cannot do with ``cfg``, or None."""
-        if cfg.reference_kl and not cfg.policy_init:
+        if cfg.reference_kl and not cfg.options.policy_init:
             return "--reference-kl needs a policy to stay near: --policy-init (from scratch there is none)"
         return None
 
     def __init__(self, cfg):
-        self.cfg = cfg
-        if cfg.policy_init:
-            self.checkpoint = read_checkpoint(cfg.policy_init, kind="pokemon_policy")
+        super().__init__(cfg)
+        self.options = o = cfg.options
+        if o.policy_init:
+            self.checkpoint = read_checkpoint(o.policy_init, kind="pokemon_policy")
             self.checkpoint.check_features(live_identity(POKEMON_OBSERVATION))
             self.bc = self.checkpoint.build_model().requires_grad_(False)
             self.context = int(self.checkpoint.train_config["context"])
-            self.data, self.source = self.checkpoint.data, cfg.policy_init
+            self.data, self.source = self.checkpoint.data, o.policy_init
             self.start = self._kept_apart(self.bc)
         else:
             self.checkpoint = None
-            self.bc = untrained_encoder(cfg.encoder_preset, cfg.seed).requires_grad_(False)
-            self.context, self.data = cfg.encoder_context, live_identity(POKEMON_OBSERVATION)
-            self.source = f"untrained {cfg.encoder_preset} (seed {cfg.seed})"
+            self.bc = untrained_encoder(o.encoder_preset, cfg.seed).requires_grad_(False)
+            self.context, self.data = o.encoder_context, live_identity(POKEMON_OBSERVATION)
+            self.source = f"untrained {o.encoder_preset} (seed {cfg.seed})"
             self.start = None  # no prior: the policy's actor alone
-        self.num_envs = cfg.num_runners * cfg.battles_per_runner  # rollout columns: one per battle
         self.encoder_optimizer = None  # where --encoder-lr trains the encoder (``trainable_encoder``)
         self._encoder_optimizer_state = None  # a resumed run's, until ``trainable_encoder`` loads it
         self._drawn: collections.Counter = collections.Counter()
 
+    @property
+    def num_envs(self) -> int:
+        return self.cfg.num_runners * self.options.battles_per_runner
+
     def _kept_apart(self, start):
         """The starting policy as the prior's source: ``start`` itself while the encoder stays frozen (it is that
         policy), a frozen copy where ``--encoder-lr`` trains the encoder (the prior stays the starting policy's)."""
-        if start is None or not self.cfg.encoder_lr or start is not self.bc:
+        if start is None or not self.options.encoder_lr or start is not self.bc:
             return start
         return copy.deepcopy(start).requires_grad_(False)
 
@@ -384,30 +371,26 @@ class PokemonSelfPlay:
                                      opponent_window=self.cfg.opponent_window, strategy_heads=2,
                                      d_lstm=self.cfg.d_lstm, prior=self.start is not None)
 
-    def start_policy(self, policy) -> None:
-        """Nothing to load: a fine-tune's actor starts at zero over the prior (``RecurrentPolicyConfig.prior``), so
-        it chooses as the starting policy; from scratch, the policy as initialised."""
-
     def trainable_encoder(self, device, ppo) -> TrainableEncoder | None:
         """With ``--encoder-lr``, the encoder as the learner trains it (``TurnFeatures`` over the recorded windows,
         its own AdamW, a resumed run's optimizer state loaded); else None (frozen)."""
-        if not self.cfg.encoder_lr:
+        if not self.options.encoder_lr:
             return None
         self.bc.to(device)
         # the turn transformer only: the offline-RL heads (actor, critic) are not on the features' path
         params = [p.requires_grad_(True) for name, p in self.bc.named_parameters()
                   if not name.startswith(("actor.", "critic."))]
-        self.encoder_optimizer = torch.optim.AdamW(params, lr=self.cfg.encoder_lr, weight_decay=0.0)
+        self.encoder_optimizer = torch.optim.AdamW(params, lr=self.options.encoder_lr, weight_decay=0.0)
         if self._encoder_optimizer_state is not None:
             self.encoder_optimizer.load_state_dict(self._encoder_optimizer_state)
         return TrainableEncoder(module=TurnFeatures(self.bc, self.cfg.opponent_window),
-                                optimizer=self.encoder_optimizer, lr=self.cfg.encoder_lr, grad_clip=ppo.grad_clip)
+                                optimizer=self.encoder_optimizer, lr=self.options.encoder_lr, grad_clip=ppo.grad_clip)
 
     def extra(self) -> dict:
         """What a checkpoint keeps beside the policy: the encoder its observations come from (and, trained, its
         optimizer's state)."""
         return {"encoder": encoder_state(self.bc, self.context, self.source, self.encoder_optimizer),
-                "start": start_state(self.start, self.bc, self.cfg.policy_init)}
+                "start": start_state(self.start, self.bc, self.options.policy_init)}
 
     def restore(self, extra: dict) -> None:
         """On resume, the encoder the run had reached (before any runner is made), its optimizer's state and the
@@ -422,29 +405,24 @@ class PokemonSelfPlay:
     def identity(self):
         return self.data
 
-    def runners(self, policy_cfg, first_update: int, draw, weights_of) -> list:
-        import ray  # not at the top: ray is imported only after training/loop.init_local_ray (pipelines/ray_start.py)
-
-        cls = ray.remote(num_cpus=self.cfg.cpus_per_runner, scheduling_strategy=ACTOR_SCHEDULING)(PokemonRunner)
+    def runner_kwargs(self, policy_cfg) -> dict:
         encoder = copy.deepcopy(self.bc).cpu().eval().requires_grad_(False)  # the learner's may be on its GPU
-        start = "encoder" if self.start is self.bc else self.start
-        return [cls.remote(encoder, self.context, policy_cfg, battle_format=self.cfg.battle_format,
-                           seed=self.cfg.seed * 1000 + first_update * 10 + i, draw_opponent=draw,
-                           snapshot_weights=weights_of, index=i, first_update=first_update, draw_seed=self.cfg.seed,
-                           record_inputs=self.cfg.encoder_lr > 0, start=start) for i in range(self.cfg.num_runners)]
+        return dict(bc_model=encoder, context=self.context, policy_cfg=policy_cfg,
+                    battle_format=self.options.battle_format, draw_seed=self.cfg.seed,
+                    record_inputs=self.options.encoder_lr > 0, start="encoder" if self.start is self.bc else self.start)
 
-    def collect(self, runners: list, weights_ref, ppo):
+    def collect_args(self, ppo) -> tuple:
+        """The battles of each runner and, for a trained encoder, its weights of the update."""
+        encoder = None
+        if self.options.encoder_lr:
+            encoder = {k: v.detach().cpu().clone() for k, v in self.bc.state_dict().items()}
+        return self.options.battles_per_runner, encoder
+
+    def collect(self, results: list, ppo):
         """(the runners' battles, one per column, finished ``Episode``s)."""
-        import ray  # see runners: ray only after init_local_ray
-
-        encoder_ref = None
-        if self.cfg.encoder_lr:
-            encoder_ref = ray.put({k: v.detach().cpu().clone() for k, v in self.bc.state_dict().items()})
-        results = ray.get([r.collect.remote(weights_ref, self.cfg.battles_per_runner, encoder_ref)
-                           for r in runners])
         battles = [b for recorded, _ in results for b in recorded]
         self._drawn = sum((drawn for _, drawn in results), collections.Counter())
-        weights = self.cfg.reward_weights()
+        weights = self.options.reward_weights()
         return (battles_to_rollout(battles, ppo.seq_len, weights, ppo.gamma),
                 episodes_of(battles, weights, ppo.gamma))
 
@@ -455,9 +433,3 @@ class PokemonSelfPlay:
         for bot in (*league.strong, *league.weak):
             out[f"drawn_{bot}"] = sum(n for o, n in self._drawn.items() if o.kind != "snapshot" and o.name == bot)
         return out
-
-    def close(self, runners: list) -> None:
-        """Stop every runner's Showdown server (by PID, in the runner)."""
-        import ray  # see runners: ray only after init_local_ray
-
-        ray.get([r.close.remote() for r in runners])

@@ -18,7 +18,8 @@ from torch import nn
 
 from models.pokemon_policy import PokemonPolicy, PolicyConfig
 from training.checkpoints import config_from_dict
-from training.pokemon.player import PolicyPlayer, pick_action
+from training.pokemon.player import PolicyPlayer
+from training.ppo import sample_actions
 
 
 class TeamState(NamedTuple):
@@ -135,14 +136,14 @@ class SelfPlayPlayer(PolicyPlayer):
             state = self.states.get(tag) or self.policy.initial_state(1)
             out = self.policy.step(obs[None], opponent[None], valid[None], torch.tensor([first]),
                                    legal[0, -1][None], state, None if prior is None else prior[None])
-            probs = torch.softmax(out.logits[0, 0].float(), -1)
             # no sampler (greedy): evaluation's default, as PolicyPlayer's (a fine-tune at step 0 chooses as the
             # offline-RL policy); training's runners sample, as PPO's policy is the distribution
-            action = pick_action(probs, self.sampler)
+            actions, logp = sample_actions(out.logits[:, 0], self.sampler)
+            action = int(actions[0])
         self.states[tag] = out.state
         if self.record:
             step = {"obs": obs, "opponent": opponent, "opponent_valid": valid, "legal": legal[0, -1],
-                    "episode_start": first, "actions": action, "logp": torch.log(probs[action]),
+                    "episode_start": first, "actions": action, "logp": logp[0],
                     "values": out.values[0, 0], "h": state[0][0], "c": state[1][0], "team": team_state(battle)}
             if prior is not None:
                 step["prior"] = prior
