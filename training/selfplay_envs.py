@@ -79,7 +79,7 @@ class SelfPlayConfig(SelfPlayCoreConfig):
         ``selfplay_config.json``), or from an older flat dict that held every environment's fields side by side (the
         named environment's are kept)."""
         values = dict(values)
-        options_class = environment_class(values.get("env", "melee")).options_class
+        options_class = environment_class(values.get("env", cls.env)).options_class
         options = values.pop("options", None)
         if options is None:
             options = {f.name: values[f.name] for f in dataclasses.fields(options_class) if f.name in values}
