@@ -55,6 +55,8 @@ class FlywheelConfig:
         policy_battles: battles per format against each league player in every later round.
         seed: seed of the battles (round k plays with seed + k) and of training.
         objective: bc, filtered_bc or exp_adv.
+        policy_objective: the objective of rounds k >= 1, which train on the policy's own battles (empty:
+            ``objective``): e.g. BC on the teacher in round 0, offline RL on every version after it.
         preset: the policy's size (tiny, small, medium, large).
         d_model: the policy's width replacing the preset's (0: the preset's).
         action_head: the policy's action head (linear, slots).
@@ -82,6 +84,7 @@ class FlywheelConfig:
     policy_battles: int = 500
     seed: int = 0
     objective: str = "exp_adv"
+    policy_objective: str = ""
     preset: str = "small"
     d_model: int = 0
     action_head: str = "linear"
@@ -103,8 +106,8 @@ class FlywheelConfig:
                              f"{sorted(unknown)}")
         if not self.league:
             raise ValueError("--league needs at least one player")
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"--objective must be one of {OBJECTIVES}")
+        if self.objective not in OBJECTIVES or self.policy_objective not in ("", *OBJECTIVES):
+            raise ValueError(f"--objective and --policy-objective must be one of {OBJECTIVES}")
         if self.rounds < 0 or min(self.teacher_battles, self.policy_battles, self.steps) < 1:
             raise ValueError("need --rounds >= 0 and --teacher-battles, --policy-battles, --steps >= 1")
         if self.ladder_battles < 0 or self.ladder_battles % 2:
@@ -135,14 +138,15 @@ def round_versions(cfg: FlywheelConfig, k: int, player: str, log) -> list[str]:
 def train_round(cfg: FlywheelConfig, k: int, versions: list[str], previous: str | None, log) -> str:
     """Round k's policy, trained on every version so far; its run folder."""
     out = storage.join(cfg.out, f"round-{k}", "policy")
+    objective = cfg.policy_objective if k > 0 and cfg.policy_objective else cfg.objective
     train_cfg = TrainConfig(shards=versions[0], extra_shards=versions[1:], out=out, preset=cfg.preset,
                             d_model=cfg.d_model, action_head=cfg.action_head,
-                            objective=cfg.objective, steps=cfg.steps, batch_size=cfg.batch_size, context=cfg.context,
+                            objective=objective, steps=cfg.steps, batch_size=cfg.batch_size, context=cfg.context,
                             lr=cfg.lr, seed=cfg.seed, sides=list(cfg.sides), checkpoint_every=cfg.steps,
                             label="teacher" if cfg.dagger and k > 0 else "action",
                             log_every=max(1, cfg.steps // 20), wandb_mode="disabled",
                             init_from=previous if cfg.fine_tune and previous else None)
-    log(f"[flywheel] round {k}: training {cfg.objective}{' on teacher labels' if cfg.dagger and k else ''} on "
+    log(f"[flywheel] round {k}: training {objective}{' on teacher labels' if cfg.dagger and k else ''} on "
         f"{len(versions)} versions → {out}")
     train(train_cfg)
     return out
