@@ -56,7 +56,8 @@ def evaluate(checkpoint: str, args, label: str, sample: bool = False) -> list[di
     label += " (sampled)" if sample else ""
     print(f"[experiment] evaluating {label}: {checkpoint}")
     rows = play(EvalConfig(checkpoint=checkpoint, port=free_port(), battles=args.battles, formats=[args.format],
-                           opponents=args.opponents, concurrency=4, sample=sample, sample_seed=args.seed))
+                           opponents=args.opponents, concurrency=4, sample=sample, sample_seed=args.seed,
+                           temperature=args.temperature if sample else 1.0))
     return [{"policy": label, "play": "sampled" if sample else "greedy",
              **{k: v for k, v in r.items() if k != "fallback_reasons"}} for r in rows]
 
@@ -75,7 +76,9 @@ def main() -> None:
     parser.add_argument("--battles", type=int, default=200, help="evaluation battles per opponent")
     parser.add_argument("--play", nargs="+", default=["greedy"], choices=["greedy", "sampled"],
                         help="how the end policy is evaluated: its most likely action, and/or actions drawn from it "
-                             "(the stochastic policy PPO trains)")
+                             "at --temperature (the stochastic policy PPO trains)")
+    parser.add_argument("--temperature", type=float, default=1.0,
+                        help="the learner acts from softmax(logits / temperature), the policy PPO trains")
     parser.add_argument("--strong-share", type=float, default=0.15,
                         help="share of games against the strong bots (snapshots get 0.95 minus it, RandomPlayer 0.05)")
     parser.add_argument("--reference-kl", type=float, default=0.0,
@@ -102,7 +105,8 @@ def main() -> None:
         snapshot_share=round(0.95 - args.strong_share, 9), strong_share=args.strong_share, weak_share=0.05,
         reference_kl=args.reference_kl, critic_warmup=args.critic_warmup, lr=args.lr, encoder_lr=args.encoder_lr,
         reward_knockout_dealt=args.reward_knockout_dealt, reward_knockout_taken=args.reward_knockout_taken,
-        reward_hp_swing=args.reward_hp_swing, reward_keep_optimum=args.reward_keep_optimum, wandb_mode="disabled")
+        reward_hp_swing=args.reward_hp_swing, reward_keep_optimum=args.reward_keep_optimum,
+        temperature=args.temperature, wandb_mode="disabled")
     rows = []
     if args.policy_init and not args.no_start_evaluation:
         rows += evaluate(state_file(storage.normalize(args.policy_init)), args, "offline-RL checkpoint")

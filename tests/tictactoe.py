@@ -41,7 +41,7 @@ from training import registry as training_registry
 from training import selfplay_envs
 from training.checkpoints import live_identity
 from training.fit import Recipe, TrainerConfig
-from training.ppo import RolloutBuffer, concat_rollouts, sample_actions
+from training.ppo import RolloutBuffer, concat_rollouts
 from training.selfplay_base import Episode, Runner, SelfPlayEnvironment, SelfPlayOptions
 from training.windows import cut_windows, gather_windows
 
@@ -315,7 +315,7 @@ class TicTacToeRunner(Runner):
                               torch.zeros(1, self.policy_cfg.opponent_window, OBS_WIDTH),
                               torch.zeros(1, self.policy_cfg.opponent_window, dtype=torch.bool),
                               torch.tensor([True]), legal, policy.initial_state(1))
-        return int(sample_actions(out.logits[:, 0], self.generator)[0][0])
+        return int(self.sample(out.logits[:, 0], self.generator)[0][0])
 
     def _opponent_move(self, game: dict) -> None:
         board, opponent = game["board"], game["opponent"]
@@ -356,7 +356,7 @@ class TicTacToeRunner(Runner):
             opponent, valid = torch.zeros(n, window, OBS_WIDTH), torch.zeros(n, window, dtype=torch.bool)
             with torch.no_grad():
                 out = self.policy.step(obs, opponent, valid, start, legal, self.state)
-            actions, logp = sample_actions(out.logits[:, 0], self.generator)
+            actions, logp = self.sample(out.logits[:, 0], self.generator)
             buffer.put(t, obs=obs, opponent=opponent, opponent_valid=valid, legal=legal, episode_start=start,
                        actions=actions, logp=logp, values=out.values[:, 0], h=self.state[0], c=self.state[1])
             self.state = out.state

@@ -48,6 +48,8 @@ class PPOConfig:
             starting policy, whose logits are the rollout's ``prior``; 0: no penalty). Needs a rollout with a prior.
         critic_warmup: updates at the run's start that train the critic only: the policy keeps its starting
             weights while the value head, fresh in a fine-tune, learns the returns its advantages come from.
+        temperature: the policy PPO trains and its runners play is softmax(logits / temperature) (``tempered``):
+            its log-probabilities, entropy and reference KL are the tempered distribution's; 1: the logits' own.
         checkpoint_every: updates between checkpoints.
         seed: seed of minibatch order and of the league's draws.
     """
@@ -70,6 +72,7 @@ class PPOConfig:
     target_kl: float | None = None
     reference_kl: float = 0.0
     critic_warmup: int = 0
+    temperature: float = 1.0
     checkpoint_every: int = 50
     seed: int = 0
 
@@ -81,6 +84,8 @@ class PPOConfig:
             raise ValueError(f"--num-minibatches must be 1..{chunks} (sequences per rollout)")
         if self.reference_kl < 0 or self.critic_warmup < 0:
             raise ValueError("--reference-kl and --critic-warmup must be >= 0")
+        if not self.temperature > 0:
+            raise ValueError(f"--temperature must be > 0, not {self.temperature}")
 
     @classmethod
     def full(cls, **overrides) -> PPOConfig:
@@ -164,16 +169,24 @@ class TrainableEncoder:
     grad_clip: float
 
 
-def sample_actions(logits: torch.Tensor, generator: torch.Generator | None):
-    """(actions (N,), their log-probabilities (N,)) for logits (N, A) of legal-masked actions: drawn from the
-    softmax with ``generator``, or the most likely where it is None (greedy). Every player that acts for PPO or
-    plays a trained policy draws here, so a seeded run's random stream is one function's."""
-    probs = torch.softmax(logits.float(), -1)
+def sample_actions(logits: torch.Tensor, generator: torch.Generator | None, temperature: float = 1.0):
+    """(actions (N,), their log-probabilities (N,)) for logits (N, A) of legal-masked actions: drawn with
+    ``generator`` from ``tempered(logits, temperature)``'s softmax, the distribution PPO trains, or the most likely
+    where ``generator`` is None (greedy, the same at every temperature). Every player that acts for PPO or plays a
+    trained policy draws here, so a seeded run's random stream is one function's."""
+    probs = torch.softmax(tempered(logits.float(), temperature), -1)
     if generator is None:
         actions = probs.argmax(-1)
     else:
         actions = torch.multinomial(probs, 1, generator=generator)[:, 0]
     return actions, torch.log(probs.gather(-1, actions[:, None])[:, 0])
+
+
+def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The logits of the policy that acts at ``temperature``: softmax(logits / T). T < 1 sharpens the distribution
+    toward its argmax (T → 0: greedy), so the sampled play PPO trains comes closer to the argmax evaluation plays;
+    -inf (illegal) stays -inf."""
+    return logits if temperature == 1.0 else logits / temperature
 
 
 class RolloutBuffer:
@@ -245,20 +258,22 @@ def sequence_loss(policy, chunk: dict, cfg: PPOConfig, train_policy: bool = True
     out = policy(obs, opponent, opponent_valid, chunk["episode_start"], chunk["legal"], (chunk["h0"], chunk["c0"]),
                  prior)
     mask = chunk["mask"]  # padding steps reach no loss
-    log_probs = torch.log_softmax(out.logits.float(), dim=-1)
+    logits = tempered(out.logits.float(), cfg.temperature)  # the distribution the runners sampled from
+    log_probs = torch.log_softmax(logits, dim=-1)
     logp = log_probs.gather(-1, chunk["actions"].clamp(min=0)[..., None]).squeeze(-1)
     advantages = P.normalize_advantages(chunk["advantages"], mask)
     actor = P.policy_loss(logp, chunk["logp"], advantages, cfg.clip, mask)
     critic = P.value_loss(out.values.float(), chunk["values"], chunk["returns"], cfg.value_clip, mask)
-    entropy = P.entropy(out.logits, mask)
+    entropy = P.entropy(logits, mask)
     parts = {"policy_loss": actor, "value_loss": critic, "entropy": entropy,
              "approx_kl": P.approx_kl(logp.detach(), chunk["logp"], mask),
              "clip_fraction": P.clip_fraction(logp.detach(), chunk["logp"], cfg.clip, mask)}
     policy_terms = actor - cfg.entropy_weight * entropy
     if prior is not None:
-        reference_logits = mask_illegal(prior, chunk["legal"])
-        parts["reference_kl"] = P.reference_kl(out.logits, reference_logits, mask)
-        parts["reference_agreement"] = P.agreement(out.logits.detach(), reference_logits, mask)
+        # the starting policy at the same temperature: the KL is between the two players as they act
+        reference_logits = tempered(mask_illegal(prior, chunk["legal"]).float(), cfg.temperature)
+        parts["reference_kl"] = P.reference_kl(logits, reference_logits, mask)
+        parts["reference_agreement"] = P.agreement(logits.detach(), reference_logits, mask)
         policy_terms = policy_terms + cfg.reference_kl * parts["reference_kl"]
     loss = cfg.value_weight * critic + (policy_terms if train_policy else 0.0)
     return loss, parts

@@ -123,7 +123,8 @@ def start_runners(env, cfg, policy_cfg, first_update: int, league) -> list:
     cls = ray.remote(num_cpus=cfg.cpus_per_runner, scheduling_strategy=ACTOR_SCHEDULING)(env.runner_class)
     shared = env.runner_kwargs(policy_cfg)
     return [cls.remote(**shared, seed=runner_seed(cfg.seed, first_update, i), index=i, first_update=first_update,
-                       draw_opponent=draw, snapshot_weights=weights_of) for i in range(cfg.num_runners)]
+                       temperature=cfg.temperature, draw_opponent=draw, snapshot_weights=weights_of)
+            for i in range(cfg.num_runners)]
 
 
 def train_loop_per_worker(config: dict) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from shards_schema import storage
 from training.league import LeagueConfig
-from training.ppo import PPOConfig, Rollout, TrainableEncoder
+from training.ppo import PPOConfig, Rollout, TrainableEncoder, sample_actions
 
 
 def runner_seed(seed: int, first_update: int, index: int) -> int:
@@ -75,6 +75,8 @@ class SelfPlayCoreConfig:
             only where the environment starts from one (its rollouts carry that policy's logits, ``Rollout.prior``).
         critic_warmup: updates at the start that train the critic alone, the policy kept as it started (a
             fine-tune's value head starts untrained, and its first advantages are noise).
+        temperature: the learner and its snapshots act from softmax(logits / temperature), the policy PPO trains
+            (``PPOConfig.temperature``); below 1 the sampled play comes closer to the argmax, which evaluation plays.
         seed: seed of the policy, the runners and the league's draws.
         cpus_per_worker: CPUs the learner's Ray Train worker reserves.
         use_gpu: train the learner on a GPU.
@@ -99,6 +101,7 @@ class SelfPlayCoreConfig:
     weak_share: float = 0.05
     reference_kl: float = 0.0
     critic_warmup: int = 0
+    temperature: float = 1.0
     seed: int = 0
     cpus_per_worker: float = 0.5
     use_gpu: bool = False
@@ -116,6 +119,8 @@ class SelfPlayCoreConfig:
         shares = (self.snapshot_share, self.strong_share, self.weak_share)
         if min(shares) < 0 or abs(sum(shares) - 1.0) > 1e-9:
             raise ValueError(f"--snapshot-share, --strong-share and --weak-share {shares} must be >= 0 and sum to 1")
+        if not self.temperature > 0:
+            raise ValueError(f"--temperature must be > 0, not {self.temperature}")
         if self.lr < 0 or (self.entropy_weight is not None and self.entropy_weight < 0):
             raise ValueError("--lr and --entropy-weight must be >= 0 (--lr 0: the preset's)")
 
@@ -141,7 +146,8 @@ class SelfPlayCoreConfig:
                                    updates=self.updates or base.updates, seed=self.seed, lr=self.lr or base.lr,
                                    entropy_weight=base.entropy_weight if self.entropy_weight is None
                                    else self.entropy_weight,
-                                   reference_kl=self.reference_kl, critic_warmup=self.critic_warmup)
+                                   reference_kl=self.reference_kl, critic_warmup=self.critic_warmup,
+                                   temperature=self.temperature)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,12 +170,18 @@ class Runner(abc.ABC):
 
     ``draw_opponent(key=None)`` → an ``Opponent`` (``training/selfplay.LeagueActor.draw``); ``snapshot_weights(name)``
     → that snapshot's state_dict; ``index``: the runner's place among the run's; ``first_update``: the update it
-    starts at."""
+    starts at; ``temperature``: the temperature its policies act at (``PPOConfig.temperature``), through ``sample``."""
 
     def __init__(self, *, seed: int, draw_opponent=None, snapshot_weights=None, index: int = 0,
-                 first_update: int = 0):
+                 first_update: int = 0, temperature: float = 1.0):
         self.seed, self.index, self.update = seed, index, first_update
         self.draw_opponent, self.snapshot_weights = draw_opponent, snapshot_weights
+        self.temperature = temperature
+
+    def sample(self, logits, generator):
+        """(actions, log-probabilities) of logits (N, A) at the run's temperature (``training/ppo.sample_actions``):
+        how the learner and its snapshots act, so that the log-probabilities PPO trains on are the play's."""
+        return sample_actions(logits, generator, self.temperature)
 
     @abc.abstractmethod
     def collect(self, weights: dict, *args):

@@ -21,10 +21,13 @@ def test_config_checks():
         FlywheelConfig(out="x", port=1, teacher="nobody")
     with pytest.raises(ValueError, match="even"):
         FlywheelConfig(out="x", port=1, ladder_battles=3)
+    with pytest.raises(ValueError, match="--policy-objective"):
+        FlywheelConfig(out="x", port=1, policy_objective="dagger")
 
 
 def test_one_round_of_the_flywheel(ray_local, tmp_path):
-    rows = run(FlywheelConfig.tiny(out=str(tmp_path), port=1), log=lambda *_: None)
+    rows = run(FlywheelConfig.tiny(out=str(tmp_path), port=1, objective="bc", policy_objective="exp_adv"),
+               log=lambda *_: None)
     assert [r["round"] for r in rows] == [0, 1]
     teacher_version = rows[0]["versions"]
     assert rows[1]["versions"].split() == [teacher_version, rows[1]["versions"].split()[1]]
@@ -37,6 +40,8 @@ def test_one_round_of_the_flywheel(ray_local, tmp_path):
     assert config["p2"] == "random" and counts.written == counts.inputs > 0
     ckpt = read_checkpoint(rows[1]["checkpoint"])
     assert [ckpt.data.version, *ckpt.data.extra_versions] == rows[1]["versions"].split()  # trained on both
+    # BC on the teacher, offline RL on the policy's own battles
+    assert [read_checkpoint(r["checkpoint"]).train_config["objective"] for r in rows] == ["bc", "exp_adv"]
     with open(tmp_path / "flywheel.csv") as f:
         assert [r["checkpoint_sha256"] for r in csv.DictReader(f)] == [r["checkpoint_sha256"] for r in rows]
     assert json.dumps(rows)  # plain values only

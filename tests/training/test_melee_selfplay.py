@@ -126,3 +126,30 @@ def test_a_runner_returns_the_learners_side_only_and_bootstraps_time_limits(synt
                       device=torch.device("cpu"))
     metrics = update(learner, rollout, ppo, 0, torch.Generator().manual_seed(0))
     assert math.isfinite(metrics["policy_loss"]) and math.isfinite(metrics["value_loss"])
+
+
+def test_a_runner_plays_at_the_runs_temperature(synthetic_frames):
+    """A runner made at temperature 0.5 records the tempered policy's log-probabilities: PPO at the same temperature
+    recomputes them exactly (approximate KL 0), at temperature 1 it does not."""
+    import torch
+
+    from models.ppo_policy import RecurrentPolicy, RecurrentPolicyConfig
+    from models.world_model import WorldModel, WorldModelConfig
+    from training.league import Opponent
+    from training.melee.selfplay import MeleeRunner
+    from training.ppo import PPOConfig, sequence_loss, training_sequences
+
+    torch.manual_seed(0)
+    world = WorldModel(WorldModelConfig.preset("tiny")).eval()
+    cfg = RecurrentPolicyConfig(d_obs=OBS_WIDTH, num_actions=NUM_ACTIONS, opponent_window=3, d_strategy=16,
+                                strategy_heads=4, num_latents=2, d_lstm=16)
+    policy = RecurrentPolicy(cfg).eval()
+    runner = MeleeRunner(world, synthetic_frames, cfg, num_envs=2, seed=0, seed_frames=20, max_frames=4,
+                         temperature=0.5, draw_opponent=lambda: Opponent("weak", "random"))
+    rollout, _ = runner.collect(policy.state_dict(), steps=8)
+    kl = {}
+    for temperature in (0.5, 1.0):
+        ppo = PPOConfig.test(num_envs=2, rollout_steps=8, seq_len=4, num_minibatches=1, temperature=temperature)
+        with torch.no_grad():
+            kl[temperature] = float(sequence_loss(policy, training_sequences(rollout, ppo), ppo)[1]["approx_kl"])
+    assert kl[0.5] < 1e-7 and kl[1.0] > 1e-5, kl

@@ -195,7 +195,7 @@ def test_a_trained_encoder_changes_and_resumes_exactly(start, tmp_path, one_torc
         """2 battles of 4 and 5 decisions, random turns, through SelfPlayPlayer.select."""
         g = torch.Generator().manual_seed(100 + u)
         me = SimpleNamespace(policy=policy.eval(), model=env.bc, context=env.context, states={}, steps={},
-                             record=True, record_inputs=True, sampler=g, start=env.start)
+                             record=True, record_inputs=True, sampler=g, temperature=1.0, start=env.start)
         battles = []
         for b in range(2):
             tag, history = f"b{b}", []

@@ -11,7 +11,16 @@ import torch
 
 from models.ppo_policy import RecurrentPolicy, RecurrentPolicyConfig
 from training.fit import Learner
-from training.ppo import TEST_ONLY, PPOConfig, Rollout, sequence_loss, sequences, training_sequences, update
+from training.ppo import (
+    TEST_ONLY,
+    PPOConfig,
+    Rollout,
+    sample_actions,
+    sequence_loss,
+    sequences,
+    training_sequences,
+    update,
+)
 
 CFG = RecurrentPolicyConfig(d_obs=16, num_actions=3, opponent_window=2, d_strategy=8, strategy_layers=1,
                             strategy_heads=2, num_latents=1, d_lstm=8)
@@ -30,11 +39,42 @@ def test_sequences_are_numbered_env_major():
     assert chunks[2].tolist() == [1, 4, 7, 10]  # env 1, first chunk
 
 
+def test_sampling_at_a_temperature_draws_from_the_tempered_softmax():
+    logits = torch.tensor([[2.0, 1.0, float("-inf"), 0.0]]).expand(4000, 4)
+    for temperature in (1.0, 0.5, 2.0):
+        actions, logp = sample_actions(logits, torch.Generator().manual_seed(0), temperature)
+        expected = torch.log_softmax(logits / temperature, -1)
+        assert torch.allclose(logp, expected.gather(-1, actions[:, None])[:, 0])
+        assert not (actions == 2).any()  # illegal stays illegal at every temperature
+        share = (actions == 0).float().mean().item()
+        assert share == pytest.approx(expected[0, 0].exp().item(), abs=0.03), (temperature, share)
+    # at T = 1 the draws are the plain softmax's; greedy play is the argmax at every temperature
+    plain = torch.multinomial(torch.softmax(logits, -1), 1, generator=torch.Generator().manual_seed(0))[:, 0]
+    assert torch.equal(sample_actions(logits, torch.Generator().manual_seed(0))[0], plain)
+    assert all(sample_actions(logits, None, t)[0].eq(0).all() for t in (0.1, 1.0, 3.0))
+
+
+def test_a_run_at_a_temperature_trains_the_tempered_policy_it_played():
+    torch.manual_seed(0)
+    policy = _live(RecurrentPolicy(CFG))
+    rollout = collect(policy, 12, 3, episode_len=5, generator=torch.Generator().manual_seed(1), temperature=0.5)
+    kl = {}
+    for temperature in (0.5, 1.0):
+        cfg = PPOConfig.test(num_envs=3, rollout_steps=12, seq_len=4, num_minibatches=1, temperature=temperature)
+        with torch.no_grad():
+            _, parts = sequence_loss(policy.eval(), training_sequences(rollout, cfg), cfg)
+        kl[temperature] = float(parts["approx_kl"])
+    # the log-probabilities the update computes are the play's at the run's temperature, and not at another
+    assert kl[0.5] < 1e-7 and kl[1.0] > 1e-4, kl
+    with pytest.raises(ValueError, match="temperature"):
+        PPOConfig.test(temperature=0.0)
+
+
 def collect(policy: RecurrentPolicy, steps: int, envs: int, episode_len: int, generator: torch.Generator,
-            prior: torch.Tensor | None = None) -> Rollout:
+            prior: torch.Tensor | None = None, temperature: float = 1.0) -> Rollout:
     """A bandit with memory-free observations: reward 1 for action 0, episodes of ``episode_len`` steps (the last
     one of the rollout truncated), recorded exactly as a runner records the agent's side; ``prior`` (A,): a starting
-    policy's logits at every step, for a ``prior`` policy."""
+    policy's logits at every step, for a ``prior`` policy; ``temperature``: the actions drawn at it."""
     obs = torch.randn(steps, envs, CFG.d_obs, generator=generator)
     opponent = torch.zeros(steps, envs, CFG.opponent_window, CFG.d_obs)
     opponent_valid = torch.zeros(steps, envs, CFG.opponent_window, dtype=torch.bool)
@@ -49,10 +89,9 @@ def collect(policy: RecurrentPolicy, steps: int, envs: int, episode_len: int, ge
             records["c"].append(state[1])
             out = policy.step(obs[t], opponent[t], opponent_valid[t], start[t], legal[t], state,
                               None if priors is None else priors[t])
-            dist = torch.distributions.Categorical(logits=out.logits[:, 0])
-            action = torch.multinomial(dist.probs, 1, generator=generator)[:, 0]
+            action, logp = sample_actions(out.logits[:, 0], generator, temperature)
             records["actions"].append(action)
-            records["logp"].append(dist.log_prob(action))
+            records["logp"].append(logp)
             records["values"].append(out.values[:, 0])
             state = out.state
     actions = torch.stack(records["actions"])

@@ -58,6 +58,13 @@ def test_the_fine_tune_settings_reach_ppo_and_need_a_starting_policy(tmp_path):
         SelfPlayConfig.from_flags(out=str(tmp_path), shards="s", reference_kl=0.05)
 
 
+def test_the_temperature_reaches_ppo(tmp_path):
+    assert SelfPlayConfig.from_flags(out=str(tmp_path), shards="s").ppo(num_envs=8).temperature == 1.0
+    assert SelfPlayConfig.from_flags(out=str(tmp_path), shards="s", temperature=0.5).ppo(num_envs=8).temperature == 0.5
+    with pytest.raises(ValueError, match="--temperature"):
+        SelfPlayConfig.from_flags(out=str(tmp_path), shards="s", temperature=0.0)
+
+
 def test_lr_and_entropy_weight_override_the_preset_only_where_set(tmp_path):
     from training.ppo import PPOConfig
 

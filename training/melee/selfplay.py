@@ -151,8 +151,8 @@ class RecordedController:
 class PolicyController:
     """A snapshot of the policy playing one side, with its own memory and its own view of its opponent."""
 
-    def __init__(self, policy, window: int):
-        self.policy, self.window = policy, window
+    def __init__(self, policy, window: int, temperature: float = 1.0):
+        self.policy, self.window, self.temperature = policy, window, temperature
         self.state = policy.initial_state(1)
         self.history: list[np.ndarray] = []  # its opponent's (the learner's) recent frames, from that side
         self.start = True
@@ -167,7 +167,7 @@ class PolicyController:
                                    torch.tensor([self.start]), torch.ones(1, NUM_ACTIONS, dtype=torch.bool),
                                    self.state)
         self.state, self.start = out.state, False
-        return controller(int(sample_actions(out.logits[:, 0], self.generator)[0][0]))
+        return controller(int(sample_actions(out.logits[:, 0], self.generator, self.temperature)[0][0]))
 
 
 def window_arrays(history: list[np.ndarray], window: int) -> tuple[np.ndarray, np.ndarray]:
@@ -219,7 +219,7 @@ class MeleeRunner(Runner):
                 policy = RecurrentPolicy(self.policy_cfg).eval()
                 policy.load_state_dict(self.snapshot_weights(opponent.name))
                 self._snapshots = {opponent.name: policy}  # one cached: snapshots change as the league grows
-            return PolicyController(policy, self.policy_cfg.opponent_window)
+            return PolicyController(policy, self.policy_cfg.opponent_window, self.temperature)
         if opponent.kind == "strong":
             return RecordedController(env.version, info, 1 - side, self.max_frames, self.seed_frames)
         return RandomPolicy(int(self.rng.integers(1 << 31)))
@@ -264,7 +264,7 @@ class MeleeRunner(Runner):
             with torch.no_grad():
                 out = self.policy.step(torch.from_numpy(obs), torch.from_numpy(opponent), torch.from_numpy(valid),
                                        start, legal, self.state)
-            actions, logp = sample_actions(out.logits[:, 0], self.generator)
+            actions, logp = self.sample(out.logits[:, 0], self.generator)
             buffer.put(t, obs=obs, opponent=opponent, opponent_valid=valid, legal=legal, episode_start=start,
                        actions=actions, logp=logp, values=out.values[:, 0], h=self.state[0], c=self.state[1])
             self.state = out.state

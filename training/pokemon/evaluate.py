@@ -95,6 +95,8 @@ class EvalConfig:
             self-play's runners play), seeded; otherwise its most likely action (greedy).
         sample_seed: seed of the sampled actions; each policy player draws from its own generator (this seed plus
             its index), so its draws do not depend on how the battles interleave with other players'.
+        temperature: with ``sample``, the actions are drawn from softmax(logits / temperature): a self-play run's
+            ``--temperature`` evaluates the player it trained.
     """
 
     checkpoint: str
@@ -108,6 +110,7 @@ class EvalConfig:
     team_seed: int = 9001
     sample: bool = False
     sample_seed: int = 0
+    temperature: float = 1.0
 
     def __post_init__(self):
         unknown = set(self.opponents) - set(OPPONENTS)
@@ -115,6 +118,9 @@ class EvalConfig:
             raise ValueError(f"unknown --opponents {sorted(unknown)}; have {list(OPPONENTS)}")
         if self.num_teams < 1:
             raise ValueError("--num-teams must be at least 1")
+        if not self.temperature > 0 or (self.temperature != 1.0 and not self.sample):
+            raise ValueError("--temperature must be > 0 and needs --sample (greedy play is the same at every "
+                             "temperature)")
 
     @classmethod
     def tiny(cls, *, checkpoint: str, port: int, **overrides) -> EvalConfig:
@@ -142,7 +148,7 @@ async def _play(cfg: EvalConfig, url: str, log=print) -> list[dict]:
     seeds = itertools.count(cfg.sample_seed)
 
     def sampling() -> dict:
-        return {"sample_seed": next(seeds)} if cfg.sample else {}
+        return {"sample_seed": next(seeds), "temperature": cfg.temperature} if cfg.sample else {}
 
     for fmt in cfg.formats:
         names = ["checkpoint2"] if cfg.checkpoint2 else cfg.opponents

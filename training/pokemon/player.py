@@ -126,12 +126,13 @@ def greedy_action(model, tokens, numeric, legal) -> int:
     return policy_action(model, tokens, numeric, legal, None)
 
 
-def policy_action(model, tokens, numeric, legal, generator: torch.Generator | None) -> int:
+def policy_action(model, tokens, numeric, legal, generator: torch.Generator | None,
+                  temperature: float = 1.0) -> int:
     """A policy's legal action (0-8) for the last turn of a window (shapes as ``greedy_action``): drawn from its
-    distribution with ``generator``, or its most likely one where ``generator`` is None."""
+    distribution at ``temperature`` with ``generator``, or its most likely one where ``generator`` is None."""
     with torch.no_grad():
         out = model(tokens, numeric, legal, torch.ones(legal.shape[:2], dtype=torch.bool))
-    return int(sample_actions(out.logits[:, -1], generator)[0][0])
+    return int(sample_actions(out.logits[:, -1], generator, temperature)[0][0])
 
 
 def request_options(request: dict) -> int:
@@ -171,11 +172,12 @@ def action_choice(decision: Decision, action: int) -> str | None:
 class PolicyPlayer(Player):
     """A poke-env player of a ``LivePolicy``: the argmax legal action of a policy over its whole battle so far (up
     to its context), sent as the simulator's own choice string; with ``sample_seed``, an action drawn from the
-    policy's distribution instead (seeded)."""
+    policy's distribution at ``temperature`` instead (seeded; ``training/ppo.sample_actions``)."""
 
-    def __init__(self, model, context: int, *args, sample_seed: int | None = None, **kwargs):
+    def __init__(self, model, context: int, *args, sample_seed: int | None = None, temperature: float = 1.0,
+                 **kwargs):
         super().__init__(*args, **kwargs)
-        self.model, self.context = model, context
+        self.model, self.context, self.temperature = model, context, temperature
         self.sampler = None if sample_seed is None else torch.Generator().manual_seed(sample_seed)
         self.live = LivePolicy(model, context)
         self.trackers, self.history = self.live.trackers, self.live.history
@@ -194,7 +196,7 @@ class PolicyPlayer(Player):
 
     def select(self, battle, tokens, numeric, legal) -> int:
         """The action (0-8) for the last turn of a window: the policy's most likely legal action, or a sampled one."""
-        return policy_action(self.model, tokens, numeric, legal, self.sampler)
+        return policy_action(self.model, tokens, numeric, legal, self.sampler, self.temperature)
 
     def choose_move(self, battle):
         choice, reason = self.live.decide(battle.battle_tag, battle.player_role, battle.last_request,

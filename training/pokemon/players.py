@@ -18,8 +18,8 @@ def load_player(path: str):
     (``pokemon_selfplay``, on the encoder its checkpoint holds: the one it was trained on, frozen or trained with it
     by ``--encoder-lr``; a fine-tune's logits added to those of the starting policy the checkpoint keeps, as in
     training), both choosing their most likely legal action; a player made with ``sample_seed=N`` draws its action
-    from the policy's distribution instead (seeded), as self-play's runners do. Refused when the checkpoint reads
-    another observation spec or vocabulary than this code makes."""
+    from the policy's distribution instead (seeded; at ``temperature``, 1 by default), as self-play's runners do.
+    Refused when the checkpoint reads another observation spec or vocabulary than this code makes."""
     ckpt = read_checkpoint(path)
     if ckpt.kind == "pokemon_policy":
         return functools.partial(PolicyPlayer, *checked_policy(ckpt))

@@ -206,7 +206,7 @@ class PokemonRunner(Runner):
             # on the runner's encoder, which a trained encoder (--encoder-lr) brings up to the update: a snapshot
             # keeps its policy only (an encoder per snapshot would be ~60 MB each at the small preset)
             return SelfPlayPlayer(self.bc_model, self.context, policy, account, start=self.start, record=False,
-                                  sample_seed=self.seed + 1, **common)
+                                  sample_seed=self.seed + 1, temperature=self.temperature, **common)
         return getattr(players, OPPONENT_CLASSES[opponent.name])(account, **common)
 
     def collect(self, weights: dict, battles: int, encoder_weights: dict | None = None):
@@ -227,7 +227,7 @@ class PokemonRunner(Runner):
                 self.bc_model, self.context, self.policy, AccountConfiguration(f"rf learner {tag}", None),
                 server_configuration=ServerConfiguration(self.url, None), battle_format=self.format,
                 max_concurrent_battles=self.concurrency, sample_seed=self.seed + self.rounds,
-                record_inputs=self.record_inputs, start=self.start)
+                temperature=self.temperature, record_inputs=self.record_inputs, start=self.start)
             clients = [learner]
             for k, (choice, n) in enumerate(sorted(drawn.items(), key=lambda item: item[0].name)):
                 opponent = self._opponent(choice, f"{tag}o{k}")

@@ -138,7 +138,7 @@ class SelfPlayPlayer(PolicyPlayer):
                                    legal[0, -1][None], state, None if prior is None else prior[None])
             # no sampler (greedy): evaluation's default, as PolicyPlayer's (a fine-tune at step 0 chooses as the
             # offline-RL policy); training's runners sample, as PPO's policy is the distribution
-            actions, logp = sample_actions(out.logits[:, 0], self.sampler)
+            actions, logp = sample_actions(out.logits[:, 0], self.sampler, self.temperature)
             action = int(actions[0])
         self.states[tag] = out.state
         if self.record:
