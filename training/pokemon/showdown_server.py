@@ -39,8 +39,10 @@ def _write_config(root: Path) -> None:
 
 
 @contextmanager
-def showdown_server(port: int, *, timeout_s: float = 60.0, log_path: Path | None = None):
-    """Yields the websocket URL of a running local server; stops it by PID afterwards."""
+def showdown_server(port: int, *, timeout_s: float = 180.0, log_path: Path | None = None):
+    """Yields the websocket URL of a running local server; stops it by PID afterwards. ``timeout_s``: how long it
+    may take to listen; a start on 2 cores took 25 s beside one other job and over 60 s where four servers started
+    at once beside a parse job, so a busy machine is waited for rather than failed."""
     root = showdown_dir()
     _write_config(root)
     for sub in ("logs/repl", "logs/chat", "logs/modlog"):  # the server expects its log folders (git-ignored)
