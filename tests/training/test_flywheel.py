@@ -1,5 +1,6 @@
 """The data flywheel, one tiny round: the teacher's battles are parsed and trained on, the policy's own battles are
-parsed into a new version that names the weights that played, and round 1 trains on both versions."""
+parsed into a new version that names the weights that played, and round 1 trains on both versions; another seed
+starts from the same teacher versions."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 import pytest
 from conftest import needs_simulator
 
-from shards_schema.reader import open_version
+from shards_schema.reader import ShardIntegrityError, open_version
 from training.checkpoints import read_checkpoint
 from training.pokemon.flywheel import FlywheelConfig, run
 
@@ -45,6 +46,15 @@ def test_one_round_of_the_flywheel(ray_local, tmp_path):
     with open(tmp_path / "flywheel.csv") as f:
         assert [r["checkpoint_sha256"] for r in csv.DictReader(f)] == [r["checkpoint_sha256"] for r in rows]
     assert json.dumps(rows)  # plain values only
+    # another seed on the same teacher data: round 0 trains on the given version, no battles played
+    again = run(FlywheelConfig.tiny(out=str(tmp_path / "seed1"), port=1, rounds=0, seed=1,
+                                    teacher_versions=[str(shards / teacher_version)]), log=lambda *_: None)
+    assert again[0]["versions"] == teacher_version and again[0]["played_by"] == "heuristic"
+    assert not (tmp_path / "seed1" / "shards").exists()
+    assert read_checkpoint(again[0]["checkpoint"]).train_config["seed"] == 1
+    with pytest.raises(ShardIntegrityError, match="no manifest.json"):
+        run(FlywheelConfig.tiny(out=str(tmp_path / "bad"), port=1, teacher_versions=[str(tmp_path / "nothing")]),
+            log=lambda *_: None)
 
 
 def test_a_dagger_round_labels_the_policys_decisions_and_trains_on_the_labels(ray_local, tmp_path):

@@ -7,7 +7,8 @@ teacher labels the policy's own decisions and the policy imitates those labels (
         --teacher-battles 1000 --policy-battles 500 --steps 2000 --objective exp_adv
 
 Round 0 parses ``--teacher-battles`` battles per format of the teacher (a scripted player of the generator)
-against each of ``--league`` (``--source generated``) and trains a policy on them. Round k ≥ 1 parses
+against each of ``--league`` (``--source generated``) and trains a policy on them (``--teacher-versions``: on
+those published versions instead, e.g. one teacher's data for several seeds). Round k ≥ 1 parses
 ``--policy-battles`` battles per format of round k-1's checkpoint (playing through the simulator's stream, as it
 plays on a server: ``training/pokemon/player.StreamPlayer``) against each of the league, and trains a new policy on
 all versions so far (``--extra-shards``), from scratch or, with ``--fine-tune``, from round k-1's weights. After
@@ -32,6 +33,7 @@ from pipelines.parse_replays import ParseConfig
 from pipelines.parse_replays import run as parse
 from pipelines.pokemon.generated import POLICIES, GeneratedConfig
 from shards_schema import storage
+from shards_schema.reader import open_version
 from training import outputs
 from training.pokemon import ladder
 from training.pokemon.offline_rl import OBJECTIVES, TrainConfig
@@ -52,6 +54,8 @@ class FlywheelConfig:
         league: the generator's scripted players the teacher and every round's policy play against.
         formats: formats to play.
         teacher_battles: battles per format against each league player in round 0.
+        teacher_versions: published versions (URIs) that round 0 trains on instead of playing the teacher's battles:
+            one teacher's data shared by several seeds (``--seed`` then sets training and the later rounds' battles).
         policy_battles: battles per format against each league player in every later round.
         seed: seed of the battles (round k plays with seed + k) and of training.
         objective: bc, filtered_bc or exp_adv.
@@ -81,6 +85,7 @@ class FlywheelConfig:
     league: list[str] = field(default_factory=lambda: ["random", "heuristic"])
     formats: list[str] = field(default_factory=lambda: ["gen9randombattle"])
     teacher_battles: int = 1000
+    teacher_versions: list[str] = field(default_factory=list)
     policy_battles: int = 500
     seed: int = 0
     objective: str = "exp_adv"
@@ -135,6 +140,16 @@ def round_versions(cfg: FlywheelConfig, k: int, player: str, log) -> list[str]:
     return versions
 
 
+def given_versions(uris: list[str]) -> tuple[list[str], str]:
+    """``--teacher-versions``, each checked to be a published version (the reader's error names the fix), and who
+    played them: each manifest's ``p1`` (a generated version's player), else the version's name."""
+    players = []
+    for uri in uris:
+        config = open_version(uri, check_sha256=False).manifest.config
+        players.append(str(config.get("p1") or storage.name(uri)))
+    return list(uris), " ".join(dict.fromkeys(players))
+
+
 def train_round(cfg: FlywheelConfig, k: int, versions: list[str], previous: str | None, log) -> str:
     """Round k's policy, trained on every version so far; its run folder."""
     out = storage.join(cfg.out, f"round-{k}", "policy")
@@ -167,13 +182,16 @@ def ladder_round(cfg: FlywheelConfig, k: int, policy: str, log) -> dict[str, flo
 def run(cfg: FlywheelConfig, *, log=print) -> list[dict]:
     """Every round; the rows of ``flywheel.csv``."""
     versions: list[str] = []
-    rows, previous = [], None
+    rows, previous, played_by = [], None, cfg.teacher
     for k in range(cfg.rounds + 1):
-        player = cfg.teacher if k == 0 else previous
-        versions += round_versions(cfg, k, player, log)
+        if k == 0 and cfg.teacher_versions:
+            given, played_by = given_versions(cfg.teacher_versions)
+            versions += given
+        else:
+            versions += round_versions(cfg, k, cfg.teacher if k == 0 else previous, log)
         policy = train_round(cfg, k, versions, previous, log)
         state, sha256 = pinned_checkpoint(policy)
-        rows.append({"round": k, "played_by": cfg.teacher if k == 0 else rows[-1]["checkpoint"],
+        rows.append({"round": k, "played_by": played_by if k == 0 else rows[-1]["checkpoint"],
                      "versions": " ".join(storage.name(v) for v in versions), "checkpoint": state,
                      "checkpoint_sha256": sha256, **ladder_round(cfg, k, policy, log)})
         outputs.write_csv(storage.join(cfg.out, "flywheel.csv"), rows)
