@@ -358,6 +358,32 @@ def test_the_teacher_label_is_imitated_where_present_and_the_action_where_not(ob
     assert not torch.equal(actor, actor_plain)
 
 
+@pytest.mark.parametrize("objective", ["filtered_bc", "exp_adv"])
+def test_the_critic_warmup_trains_the_actor_by_bc_then_by_the_objective(objective):
+    """``--critic-warmup-steps N``: steps 0..N-1 give the actor BC's loss, step N and validation (no step) the
+    objective's weighted loss; the critic's loss is the same either way."""
+    batch = _hand_batch()
+    model = PokemonPolicy(PolicyConfig.preset("tiny", len(vocabulary()))).eval()
+    gammas = torch.tensor(model.cfg.gammas)
+    cfg = TrainConfig.tiny(shards="-", out="-", objective=objective, exp_beta=0.05, critic_warmup_steps=3)
+    bc = TrainConfig.tiny(shards="-", out="-", objective="bc")
+    with torch.no_grad():
+        _, actor_bc, critic_bc, _, _ = compute_losses(model, batch, bc, gammas)
+        during = [compute_losses(model, batch, cfg, gammas, step) for step in (0, 2)]
+        after, validation = compute_losses(model, batch, cfg, gammas, 3), compute_losses(model, batch, cfg, gammas)
+    for _, actor, critic, _, _ in during:
+        assert torch.equal(actor, actor_bc) and torch.equal(critic, critic_bc)
+    assert torch.equal(after[1], validation[1]) and torch.equal(after[2], critic_bc)
+    assert not torch.isclose(after[1], actor_bc)  # the weights are not all 1 on this batch
+
+
+def test_critic_warmup_steps_is_checked():
+    with pytest.raises(ValueError, match="--critic-warmup-steps"):
+        TrainConfig.tiny(shards="-", out="-", critic_warmup_steps=13)  # tiny runs 12 steps
+    with pytest.raises(ValueError, match="--critic-warmup-steps"):
+        TrainConfig.tiny(shards="-", out="-", critic_warmup_steps=-1)
+
+
 def test_label_is_checked():
     with pytest.raises(ValueError, match="--label must be one of"):
         TrainConfig.tiny(shards="-", out="-", label="expert")

@@ -56,6 +56,11 @@ class TrainConfig(TrainerConfig):
         advantage_baseline: what A = Q(s, a) - baseline subtracts: ``mean``, V(s) = Σ π(a'|s) Q(s, a') under the
             policy being trained; ``max``, the best legal action's Q (``losses.best_legal_values``).
         exp_beta: temperature of exp_adv weights.
+        critic_warmup_steps: the first steps, during which the actor of filtered_bc and exp_adv trains by plain BC
+            (every weight 1) while the critics fit their targets; the objective's weights from then on (0: from the
+            first step). A critic that starts untrained on its targets (a fresh head, or one fine-tuned from a
+            checkpoint whose critics learned other returns) gives advantages that are noise, and exp(A / β) at a
+            small β turns that noise into weights of 0 or the clip.
         sides: train only on trajectories of these player sides (e.g. ``p1`` when p1 is the player to imitate).
         validation_share: share of battles held out for validation, both sides of a battle together (0: none, every
             battle trains).
@@ -84,6 +89,7 @@ class TrainConfig(TrainerConfig):
     advantage_gamma: int = 2
     advantage_baseline: str = "mean"
     exp_beta: float = 1.0
+    critic_warmup_steps: int = 0
     sides: list[str] = field(default_factory=list)
     validation_share: float = 0.0
     eval_every: int = 500
@@ -113,6 +119,8 @@ class TrainConfig(TrainerConfig):
             raise ValueError("--d-model must be >= 0 (0: the preset's width)")
         if self.action_head not in ACTION_HEADS:
             raise ValueError(f"--action-head must be one of {ACTION_HEADS}")
+        if not 0 <= self.critic_warmup_steps <= self.steps:
+            raise ValueError(f"--critic-warmup-steps is in [0, --steps={self.steps}], not {self.critic_warmup_steps}")
         if self.label not in LABELS:
             raise ValueError(f"--label must be one of {LABELS} (got {self.label!r}): `action` imitates what the "
                              "player did, `teacher` the teacher's labels where the shards have them")
@@ -124,16 +132,17 @@ class TrainConfig(TrainerConfig):
         return cls(shards=shards, out=out, **fields)
 
 
-def compute_losses(model, batch, cfg: TrainConfig, gammas):
+def compute_losses(model, batch, cfg: TrainConfig, gammas, step: int | None = None):
     """(total, actor, critic, accuracy, turns that reach the loss) of one batch, as tensors (the math lives in
-    training/losses.py)."""
+    training/losses.py). ``step`` (0-based) below ``cfg.critic_warmup_steps`` trains the actor by BC; None: the
+    objective's loss (validation)."""
     out = model(batch["tokens"], batch["numeric"], batch["legal"], batch["valid"])
     action = batch["action"]
     targets, target_mask = critic_targets(batch, out.values.detach().float(), gammas, cfg)
     critic = losses.critic_loss(out.q_values.float(), action, targets, step_mask(batch) & target_mask)
     label = label_actions(batch, cfg.label)  # what the actor imitates
     mask = step_mask(batch, label)
-    if cfg.objective == "bc":
+    if cfg.objective == "bc" or (step is not None and step < cfg.critic_warmup_steps):
         actor = losses.behaviour_cloning_loss(out.logits, label, mask)
     else:
         # the advantage of the imitated action: A(s, label)
@@ -243,7 +252,7 @@ class PolicyRecipe(Recipe):
         if self._gammas is None or self._gammas.device != device:
             # made once per device: a new tensor each step is a host→device copy every step
             self._gammas = torch.tensor(getattr(model, "module", model).cfg.gammas, device=device)
-        total, actor, critic, accuracy, _ = compute_losses(model, batch, self.cfg, self._gammas)
+        total, actor, critic, accuracy, _ = compute_losses(model, batch, self.cfg, self._gammas, step)
         return total, {"actor_loss": actor, "critic_loss": critic, "accuracy": accuracy}
 
     def evaluate(self, model, device, step: int) -> dict | None:
