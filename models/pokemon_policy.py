@@ -28,6 +28,7 @@ from shards_schema.pokemon import (
 NUM_POLICY_ACTIONS = NUM_MOVES + NUM_SWITCHES
 """The actor chooses among 4 moves and 5 switches; terastallizing is folded into the move it goes with."""
 ACTION_HEADS = ("linear", "slots")
+CRITIC_TRUNKS = ("shared", "own")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +49,13 @@ class PolicyConfig:
             is its slot number; ``slots``: each action also gets a score from its own slot's words and numbers (the
             move's id, type, category, power...; the switch target's species, types, HP...) against the turn
             vector (``ActionSlots``), so what a move does is learned once for every slot it can sit in.
+        critic_trunk: ``shared``: the critic heads read the actor's turn vectors; ``own``: the critic has a turn
+            encoder, transformer and heads of its own, of the same shapes (``CriticTrunk``), so the critic loss and
+            the actor loss never share a gradient path.
+        critic_context: the own critic's attention span in turns, its own turn included, in every layer (a
+            sliding window: a turn's Q reads the last ``n_layers * (critic_context - 1) + 1`` turns). 0: the whole
+            window, as the actor's; 1: the current turn only, a critic that cannot tell who is playing from how
+            they played before. Needs ``critic_trunk="own"``.
     """
 
     vocab_size: int
@@ -60,15 +68,26 @@ class PolicyConfig:
     dropout: float = 0.0
     gammas: tuple[float, ...] = field(default=(0.9, 0.99, 0.999, 0.9999))
     action_head: str = "linear"
+    critic_trunk: str = "shared"
+    critic_context: int = 0
 
     def __post_init__(self):
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
         if self.action_head not in ACTION_HEADS:
             raise ValueError(f"action_head must be one of {ACTION_HEADS}, not {self.action_head!r}")
+        if self.critic_trunk not in CRITIC_TRUNKS:
+            raise ValueError(f"critic_trunk must be one of {CRITIC_TRUNKS}, not {self.critic_trunk!r}")
+        if self.critic_context < 0:
+            raise ValueError(f"critic_context is a number of turns >= 0 (0: the whole window), not "
+                             f"{self.critic_context}")
+        if self.critic_context and self.critic_trunk != "own":
+            raise ValueError("critic_context limits the critic's own trunk: set critic_trunk='own' with it (the "
+                             "shared trunk's context is the actor's)")
 
     @classmethod
-    def preset(cls, name: str, vocab_size: int, d_model: int = 0, action_head: str = "linear") -> PolicyConfig:
+    def preset(cls, name: str, vocab_size: int, d_model: int = 0, action_head: str = "linear",
+               critic_trunk: str = "shared", critic_context: int = 0) -> PolicyConfig:
         """``tiny`` (tests), ``small`` (~15M), ``medium`` (~50M), ``large`` (~200M), after Metamon's sizes.
 
         ``d_model`` (0: the preset's) replaces the width and scales the rest with it: the feed-forward keeps the
@@ -89,7 +108,8 @@ class PolicyConfig:
             while d_model % heads:
                 heads -= 1
             size = {**size, "d_model": d_model, "n_heads": heads, "d_ff": d_model * size["d_ff"] // size["d_model"]}
-        return cls(vocab_size=vocab_size, action_head=action_head, **size)
+        return cls(vocab_size=vocab_size, action_head=action_head, critic_trunk=critic_trunk,
+                   critic_context=critic_context, **size)
 
 
 def check_inputs(tokens, vocab_size: int) -> None:
@@ -147,8 +167,9 @@ class ActionSlots(nn.Module):
     and learn it again for each of the 4 slots; here the same weights score a move wherever it sits, and the hidden
     layer sees the move and the context (the foe's types, HP, boosts) together."""
 
-    def __init__(self, cfg: PolicyConfig):
+    def __init__(self, cfg: PolicyConfig, *, logit: bool = True, values: bool = True):
         super().__init__()
+        self.logit, self.values = logit, values  # which outputs this head scores (an own critic's: values only)
         self.register_buffer("move_words", torch.tensor(MOVE_SLOT_WORDS), persistent=False)
         self.register_buffer("move_numbers", torch.tensor(MOVE_SLOT_NUMBERS), persistent=False)
         self.register_buffer("switch_words", torch.tensor(SWITCH_SLOT_WORDS), persistent=False)
@@ -157,7 +178,7 @@ class ActionSlots(nn.Module):
         self.switch = nn.Linear(len(SWITCH_SLOT_WORDS[0]) * cfg.d_token + len(SWITCH_SLOT_NUMBERS[0]), cfg.d_model)
         self.action = nn.Parameter(torch.zeros(NUM_POLICY_ACTIONS, cfg.d_model))
         self.context = nn.Linear(cfg.d_model, cfg.d_model)
-        self.out = nn.Linear(cfg.d_model, 1 + len(cfg.gammas))
+        self.out = nn.Linear(cfg.d_model, int(logit) + len(cfg.gammas) * int(values))
 
     @staticmethod
     def _slots(layer: nn.Linear, embed: nn.Embedding, tokens, numeric, word_at, number_at) -> torch.Tensor:
@@ -167,13 +188,14 @@ class ActionSlots(nn.Module):
         return layer(torch.cat([words, numeric[:, :, number_at].to(words.dtype)], dim=-1))
 
     def forward(self, x: torch.Tensor, tokens: torch.Tensor, numeric: torch.Tensor, embed: nn.Embedding):
-        """x (B, T, d_model) turn features → logits (B, T, 9) and values (B, T, 9, G), to add to the linear heads'.
-        ``embed`` is the turn encoder's word embedding: one vector per word, shared."""
+        """x (B, T, d_model) turn features → logits (B, T, 9) and values (B, T, 9, G), to add to the linear heads'
+        (None for an output the head does not score). ``embed`` is the turn encoder's word embedding: one vector per
+        word, shared."""
         slots = torch.cat([self._slots(self.move, embed, tokens, numeric, self.move_words, self.move_numbers),
                            self._slots(self.switch, embed, tokens, numeric, self.switch_words, self.switch_numbers)],
                           dim=2)
-        out = self.out(F.gelu(self.context(x)[:, :, None, :] + slots + self.action))  # (B, T, 9, 1 + G)
-        return out[..., 0], out[..., 1:]
+        out = self.out(F.gelu(self.context(x)[:, :, None, :] + slots + self.action))  # (B, T, 9, [1 +] [G])
+        return (out[..., 0] if self.logit else None), (out[..., int(self.logit):] if self.values else None)
 
 
 class Block(nn.Module):
@@ -214,7 +236,34 @@ class PolicyOutput:
     values: torch.Tensor
 
 
-class PokemonPolicy(nn.Module):
+def trunk_features(trunk: nn.Module, tokens: torch.Tensor, numeric: torch.Tensor, valid: torch.Tensor | None, *,
+                   mask_padding: bool = False, context: int = 0) -> torch.Tensor:
+    """(B, T, d_model) turn vectors of a trunk (any module with ``encoder``, ``position``, ``blocks``, ``ln_f`` and
+    ``cfg``: the policy's own, ``CriticTrunk``): in every block each turn attends to itself and the turns before it,
+    the last ``context`` turns only where ``context`` > 0 and shorter than the window (a sliding window).
+    ``mask_padding``: see ``PokemonPolicy.forward``."""
+    t = tokens.shape[1]
+    if t > trunk.cfg.max_turns:
+        raise ValueError(f"context of {t} turns exceeds max_turns {trunk.cfg.max_turns}")
+    x = trunk.encoder(tokens, numeric) + trunk.position(torch.arange(t, device=tokens.device))
+    attn_mask = None
+    if mask_padding or 0 < context < t:
+        query = torch.arange(t, device=tokens.device)[:, None]
+        key = torch.arange(t, device=tokens.device)[None, :]
+        allowed = (key <= query) & (query - key < (context if context > 0 else t))  # (T, T): the turns in reach
+        attn_mask = allowed[None, None].expand(tokens.shape[0], 1, t, t)  # (B, 1, T, T)
+        if mask_padding:
+            attn_mask = attn_mask & valid[:, None, None, :]  # past, non-padded keys
+            attn_mask = attn_mask | torch.eye(t, dtype=torch.bool, device=tokens.device)  # a padded query: itself
+    for block in trunk.blocks:
+        x = block(x, attn_mask)
+    return trunk.ln_f(x)
+
+
+class CriticTrunk(nn.Module):
+    """The critic's own turn encoder, transformer and heads (``PolicyConfig.critic_trunk="own"``): Q(s, ·) per
+    discount factor from turn vectors the actor's loss never touches, over the last ``critic_context`` turns."""
+
     def __init__(self, cfg: PolicyConfig):
         super().__init__()
         self.cfg = cfg
@@ -222,28 +271,42 @@ class PokemonPolicy(nn.Module):
         self.position = nn.Embedding(cfg.max_turns, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
-        self.actor = nn.Linear(cfg.d_model, NUM_POLICY_ACTIONS)
         self.critic = nn.Linear(cfg.d_model, len(cfg.gammas) * NUM_POLICY_ACTIONS)
-        self.slots = ActionSlots(cfg) if cfg.action_head == "slots" else None
+        self.slots = ActionSlots(cfg, logit=False) if cfg.action_head == "slots" else None
+
+    def forward(self, tokens: torch.Tensor, numeric: torch.Tensor, valid: torch.Tensor, *,
+                mask_padding: bool = False) -> torch.Tensor:
+        """→ q (B, T, G, 9)."""
+        b, t, _ = tokens.shape
+        x = trunk_features(self, tokens, numeric, valid, mask_padding=mask_padding, context=self.cfg.critic_context)
+        q = self.critic(x).view(b, t, len(self.cfg.gammas), NUM_POLICY_ACTIONS)
+        if self.slots is not None:
+            q = q + self.slots(x, tokens, numeric, self.encoder.words)[1].transpose(-1, -2)
+        return q
+
+
+class PokemonPolicy(nn.Module):
+    def __init__(self, cfg: PolicyConfig):
+        super().__init__()
+        self.cfg = cfg
+        own = cfg.critic_trunk == "own"
+        self.encoder = TurnEncoder(cfg)
+        self.position = nn.Embedding(cfg.max_turns, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.actor = nn.Linear(cfg.d_model, NUM_POLICY_ACTIONS)
+        # the critic's heads read this trunk (shared) or its own (CriticTrunk)
+        self.critic = None if own else nn.Linear(cfg.d_model, len(cfg.gammas) * NUM_POLICY_ACTIONS)
+        self.critic_trunk = CriticTrunk(cfg) if own else None
+        self.slots = ActionSlots(cfg, values=not own) if cfg.action_head == "slots" else None
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
     def features(self, tokens: torch.Tensor, numeric: torch.Tensor, valid: torch.Tensor, *,
                  mask_padding: bool = False) -> torch.Tensor:
-        """(B, T, d_model) turn features the heads read (after the final norm); see ``forward``."""
-        t = tokens.shape[1]
-        if t > self.cfg.max_turns:
-            raise ValueError(f"context of {t} turns exceeds max_turns {self.cfg.max_turns}")
-        x = self.encoder(tokens, numeric) + self.position(torch.arange(t, device=tokens.device))
-        attn_mask = None
-        if mask_padding:
-            causal = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()
-            attn_mask = causal[None, None] & valid[:, None, None, :]  # (B, 1, T, T): past, non-padded keys
-            attn_mask = attn_mask | torch.eye(t, dtype=torch.bool, device=tokens.device)  # a padded query: itself
-        for block in self.blocks:
-            x = block(x, attn_mask)
-        return self.ln_f(x)
+        """(B, T, d_model) turn features the actor's heads read (after the final norm); see ``forward``."""
+        return trunk_features(self, tokens, numeric, valid, mask_padding=mask_padding)
 
     def forward(self, tokens: torch.Tensor, numeric: torch.Tensor, legal: torch.Tensor,
                 valid: torch.Tensor, *, mask_padding: bool = False) -> PolicyOutput:
@@ -257,11 +320,15 @@ class PokemonPolicy(nn.Module):
         # A row with no legal action (forced moves, terminal rows) keeps finite logits; its loss is masked out.
         any_legal = legal.any(dim=-1, keepdim=True)
         logits = self.actor(x)
-        q = self.critic(x).view(b, t, len(self.cfg.gammas), NUM_POLICY_ACTIONS)
+        if self.critic_trunk is not None:
+            q = self.critic_trunk(tokens, numeric, valid, mask_padding=mask_padding)
+        else:
+            q = self.critic(x).view(b, t, len(self.cfg.gammas), NUM_POLICY_ACTIONS)
         if self.slots is not None:
             slot_logits, slot_q = self.slots(x, tokens, numeric, self.encoder.words)
             logits = logits + slot_logits
-            q = q + slot_q.transpose(-1, -2)
+            if slot_q is not None:
+                q = q + slot_q.transpose(-1, -2)
         logits = logits.masked_fill(~legal & any_legal, float("-inf"))
         probs = torch.softmax(logits.float(), dim=-1).to(q.dtype)
         values = (q * probs[:, :, None, :]).sum(-1)

@@ -227,3 +227,76 @@ def test_action_head_is_checked_and_defaults_to_linear():
     assert PokemonPolicy(PolicyConfig.preset("tiny", VOCAB)).slots is None
     with pytest.raises(ValueError, match="action_head"):
         PolicyConfig(vocab_size=VOCAB, action_head="pointer")
+
+
+def _own_critic_model(context=0, action_head="slots", seed=0):
+    torch.manual_seed(seed)
+    return PokemonPolicy(PolicyConfig.preset("tiny", VOCAB, action_head=action_head, critic_trunk="own",
+                                             critic_context=context)).eval()
+
+
+@pytest.mark.parametrize("action_head", ["linear", "slots"])
+def test_an_own_critic_trunk_and_the_actor_never_share_a_gradient(action_head):
+    model = _own_critic_model(action_head=action_head)
+    tokens, numeric, legal = _batch(b=2, t=5, seed=2)
+    out = model(tokens, numeric, legal, torch.ones(2, 5, dtype=torch.bool))
+    critic = dict(model.critic_trunk.named_parameters())
+    actor = {name: p for name, p in model.named_parameters() if not name.startswith("critic_trunk.")}
+    assert model.critic is None and critic and actor
+    out.logits[legal].sum().backward(retain_graph=True)
+    assert all(p.grad is None for p in critic.values())  # the actor's loss reaches no critic weight
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in actor.values())
+    model.zero_grad(set_to_none=True)
+    out.q_values.sum().backward()
+    assert all(p.grad is None for p in actor.values())  # Q alone reaches no actor weight
+    assert all(p.grad is not None for name, p in critic.items())
+
+
+def test_a_one_turn_critic_reads_each_turn_alone_and_the_actor_its_history():
+    """critic_context 1: each turn's Q equals the critic run on that turn as a window of its own (the readable
+    reference), whatever came before; the actor still reads the whole window."""
+    model = _own_critic_model(context=1)
+    tokens, numeric, legal = _batch(b=2, t=6, seed=4)
+    valid = torch.ones(2, 6, dtype=torch.bool)
+    with torch.no_grad():
+        out = model(tokens, numeric, legal, valid)
+        for k in range(6):  # turn k alone sits at position 0 of its own window
+            position = model.critic_trunk.position
+            shifted = PokemonPolicy(model.cfg).critic_trunk  # same weights, the position embedding moved to k
+            shifted.load_state_dict(model.critic_trunk.state_dict())
+            shifted.position.weight.data[0] = position.weight.data[k]
+            alone = shifted(tokens[:, k:k + 1], numeric[:, k:k + 1], valid[:, k:k + 1])
+            torch.testing.assert_close(out.q_values[:, k], alone[:, 0])
+        changed = tokens.clone()
+        changed[:, :3] = torch.randint(0, VOCAB, (2, 3, 87))
+        after = model(changed, numeric, legal, valid)
+    torch.testing.assert_close(after.q_values[:, 3:], out.q_values[:, 3:])  # earlier turns never reach Q
+    assert not torch.allclose(after.logits[:, 3:][legal[:, 3:]], out.logits[:, 3:][legal[:, 3:]])
+
+
+@pytest.mark.parametrize("context", [0, 2, 3])
+def test_a_limited_critic_context_equals_the_masked_reference_on_valid_turns(context):
+    model = _own_critic_model(context=context)
+    tokens, numeric, legal = _batch(b=3, t=7, seed=6)
+    valid = torch.arange(7)[None, :] < torch.tensor([7, 4, 1])[:, None]
+    with torch.no_grad():
+        fast = model(tokens, numeric, legal, valid)
+        reference = model(tokens, numeric, legal, valid, mask_padding=True)
+        torch.testing.assert_close(fast.q_values[valid], reference.q_values[valid])
+        if context:  # a sliding window: each layer reaches context - 1 turns further back
+            reach = model.cfg.n_layers * (context - 1) + 1
+            changed = tokens.clone()
+            changed[:, 0] = torch.randint(0, VOCAB, (3, 87))
+            after = model(changed, numeric, legal, valid)
+            torch.testing.assert_close(after.q_values[:, reach:], fast.q_values[:, reach:])
+            assert not torch.allclose(after.q_values[0, reach - 1], fast.q_values[0, reach - 1])
+
+
+def test_critic_trunk_and_context_are_checked():
+    assert PolicyConfig(vocab_size=VOCAB).critic_trunk == "shared"
+    with pytest.raises(ValueError, match="critic_trunk must be one of"):
+        PolicyConfig(vocab_size=VOCAB, critic_trunk="separate")
+    with pytest.raises(ValueError, match="set critic_trunk='own'"):
+        PolicyConfig(vocab_size=VOCAB, critic_context=1)
+    with pytest.raises(ValueError, match=">= 0"):
+        PolicyConfig(vocab_size=VOCAB, critic_trunk="own", critic_context=-1)

@@ -409,3 +409,26 @@ def test_a_run_imitates_the_teacher(teacher_generated, tmp_path):
     losses = _losses(tmp_path / "dagger")
     assert max(losses) == 4 and all(v == v for v in losses.values())
     assert read_checkpoint(result.checkpoint.path).train_config["label"] == "teacher"
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_an_own_critic_trunk_learns_from_the_critic_loss_alone(objective):
+    """``--critic-trunk own --critic-context 1``: the recipe builds the critic its own one-turn trunk, and of the
+    objective's loss only the critic's term reaches it (the advantage weights are constants to the actor's)."""
+    cfg = TrainConfig.tiny(shards="-", out="-", objective=objective, critic_target="td", critic_trunk="own",
+                           critic_context=1)
+    model_config = PolicyRecipe(cfg, {"vocab_size": len(vocabulary())}).model_config()
+    assert (model_config.critic_trunk, model_config.critic_context) == ("own", 1)
+    model = PokemonPolicy(model_config)
+    _, actor, critic, _, _ = compute_losses(model, _hand_batch(), cfg, torch.tensor(model_config.gammas), step=5)
+    actor.backward(retain_graph=True)
+    assert all(p.grad is None for p in model.critic_trunk.parameters())
+    critic.backward()
+    assert all(p.grad is not None for p in model.critic_trunk.parameters())
+
+
+def test_critic_context_needs_an_own_critic_trunk():
+    with pytest.raises(ValueError, match="--critic-context .* --critic-trunk own"):
+        TrainConfig.tiny(shards="-", out="-", critic_context=1)
+    with pytest.raises(ValueError, match="--critic-trunk must be one of"):
+        TrainConfig.tiny(shards="-", out="-", critic_trunk="separate")

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from models.pokemon_policy import ACTION_HEADS, PolicyConfig
+from models.pokemon_policy import ACTION_HEADS, CRITIC_TRUNKS, PolicyConfig
 from pipelines.pokemon.observation import vocabulary
 from training import losses
 from training.fit import Recipe, TrainerConfig, fit
@@ -72,6 +72,10 @@ class TrainConfig(TrainerConfig):
             the size axis of a scaling sweep.
         action_head: ``linear`` (each action a linear read of the turn vector) or ``slots`` (each action also
             scored from its own move's or switch target's words and numbers: ``models.pokemon_policy.ActionSlots``).
+        critic_trunk: ``shared`` (the critics read the actor's turn vectors) or ``own`` (a trunk of the critic's
+            own, of the same shapes: ``models.pokemon_policy.CriticTrunk``).
+        critic_context: the own critic trunk's attention span in turns per layer, its own turn included (0: the
+            whole window; 1: the current turn only; ``PolicyConfig.critic_context``). Needs ``--critic-trunk own``.
         label: what the actor imitates: ``action``, the action the player took; ``teacher``, the row's
             ``teacher_action`` where a teacher labelled the decision (a generated battle's ``--p1-teacher``) and the
             action taken where none did, so a teacher's own battles and a learner's labelled ones train together
@@ -97,6 +101,8 @@ class TrainConfig(TrainerConfig):
     train_share: float = 1.0
     d_model: int = 0
     action_head: str = "linear"
+    critic_trunk: str = "shared"
+    critic_context: int = 0
     label: str = "action"
 
     def __post_init__(self):
@@ -119,6 +125,12 @@ class TrainConfig(TrainerConfig):
             raise ValueError("--d-model must be >= 0 (0: the preset's width)")
         if self.action_head not in ACTION_HEADS:
             raise ValueError(f"--action-head must be one of {ACTION_HEADS}")
+        if self.critic_trunk not in CRITIC_TRUNKS:
+            raise ValueError(f"--critic-trunk must be one of {CRITIC_TRUNKS}")
+        if self.critic_context < 0 or (self.critic_context and self.critic_trunk != "own"):
+            raise ValueError(f"--critic-context is a number of turns >= 0 for --critic-trunk own (got "
+                             f"{self.critic_context} with --critic-trunk {self.critic_trunk}): the shared trunk's "
+                             "context is the actor's")
         if not 0 <= self.critic_warmup_steps <= self.steps:
             raise ValueError(f"--critic-warmup-steps is in [0, --steps={self.steps}], not {self.critic_warmup_steps}")
         if self.label not in LABELS:
@@ -225,7 +237,8 @@ class PolicyRecipe(Recipe):
 
     def model_config(self):
         policy_cfg = PolicyConfig.preset(self.cfg.preset, self.plan["vocab_size"], d_model=self.cfg.d_model,
-                                        action_head=self.cfg.action_head)
+                                        action_head=self.cfg.action_head, critic_trunk=self.cfg.critic_trunk,
+                                        critic_context=self.cfg.critic_context)
         return dataclasses.replace(policy_cfg, max_turns=max(policy_cfg.max_turns, self.cfg.context))
 
     def init_config(self, ckpt):
