@@ -432,3 +432,31 @@ def test_critic_context_needs_an_own_critic_trunk():
         TrainConfig.tiny(shards="-", out="-", critic_context=1)
     with pytest.raises(ValueError, match="--critic-trunk must be one of"):
         TrainConfig.tiny(shards="-", out="-", critic_trunk="separate")
+
+
+def test_the_advantage_of_a_return_target_and_a_zero_baseline_by_hand():
+    """A = target - baseline: the critic's Q of the action or the decision's own return, minus the policy's V, the
+    best legal Q or nothing, each per discount factor."""
+    from types import SimpleNamespace
+
+    from training.pokemon.offline_rl import advantage, returns_gammas
+
+    q = torch.tensor([[[[1.0, 3.0, -2.0]], [[0.5, 0.0, 4.0]]]])  # (B 1, T 2, G 1, A 3)
+    out = SimpleNamespace(q_values=q, values=torch.tensor([[[1.5], [2.0]]]))
+    batch = {"action": torch.tensor([[0, 2]]), "legal": torch.tensor([[[True, True, False], [True, True, True]]]),
+             "returns": torch.tensor([[[0.25], [-1.0]]])}
+    expect = {("q", "mean"): [-0.5, 2.0], ("q", "max"): [-2.0, 0.0], ("q", "zero"): [1.0, 4.0],
+              ("return", "mean"): [-1.25, -3.0], ("return", "max"): [-2.75, -5.0], ("return", "zero"): [0.25, -1.0]}
+    for (target, baseline), values in expect.items():
+        assert advantage(out, batch, baseline, target)[0, :, 0].tolist() == values, (target, baseline)
+    model_config = PolicyConfig.preset("tiny", 50)
+    on_returns = TrainConfig.tiny(shards="-", out="-", objective="exp_adv", advantage_target="return")
+    assert returns_gammas(on_returns, model_config) == model_config.gammas  # loaded though the critics learn TD
+    assert returns_gammas(TrainConfig.tiny(shards="-", out="-"), model_config) is None
+
+
+def test_a_return_target_is_refused_with_teacher_labels():
+    with pytest.raises(ValueError, match="--advantage-target return .* --label teacher"):
+        TrainConfig.tiny(shards="-", out="-", advantage_target="return", label="teacher")
+    with pytest.raises(ValueError, match="--advantage-target must be one of"):
+        TrainConfig.tiny(shards="-", out="-", advantage_target="value")

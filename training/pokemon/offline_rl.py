@@ -31,7 +31,8 @@ from training.windows import first_windows, open_shards
 
 OBJECTIVES = ("bc", "filtered_bc", "exp_adv")
 CRITIC_TARGETS = ("td", "mc", "lambda")
-ADVANTAGE_BASELINES = ("mean", "max")
+ADVANTAGE_BASELINES = ("mean", "max", "zero")
+ADVANTAGE_TARGETS = ("q", "return")
 LABELS = ("action", "teacher")
 
 
@@ -53,8 +54,13 @@ class TrainConfig(TrainerConfig):
             lost, per turn) added to the battle's result (``training/pokemon/rewards.py``); 0: the result alone.
         reward_faint: weight of the dense faint reward (foe's Pokémon fainted minus own, per turn); 0: none.
         advantage_gamma: index of the discount factor whose advantage weighs the actor.
-        advantage_baseline: what A = Q(s, a) - baseline subtracts: ``mean``, V(s) = Σ π(a'|s) Q(s, a') under the
-            policy being trained; ``max``, the best legal action's Q (``losses.best_legal_values``).
+        advantage_baseline: what A = target - baseline subtracts: ``mean``, V(s) = Σ π(a'|s) Q(s, a') under the
+            policy being trained; ``max``, the best legal action's Q (``losses.best_legal_values``); ``zero``,
+            nothing (A is the target itself).
+        advantage_target: what the taken action is worth in A = target - baseline: ``q``, the critic's Q(s, a);
+            ``return``, the decision's own discounted return to the end of its trajectory (the loader's Monte Carlo
+            returns, whatever ``critic_target`` the critics learn), as advantage-weighted regression (AWR) weighs.
+            ``return`` with the ``zero`` baseline weighs each decision by how its battle went from there on.
         exp_beta: temperature of exp_adv weights.
         critic_warmup_steps: the first steps, during which the actor of filtered_bc and exp_adv trains by plain BC
             (every weight 1) while the critics fit their targets; the objective's weights from then on (0: from the
@@ -92,6 +98,7 @@ class TrainConfig(TrainerConfig):
     reward_faint: float = 0.0
     advantage_gamma: int = 2
     advantage_baseline: str = "mean"
+    advantage_target: str = "q"
     exp_beta: float = 1.0
     critic_warmup_steps: int = 0
     sides: list[str] = field(default_factory=list)
@@ -111,6 +118,11 @@ class TrainConfig(TrainerConfig):
             raise ValueError(f"--objective must be one of {OBJECTIVES}")
         if self.advantage_baseline not in ADVANTAGE_BASELINES:
             raise ValueError(f"--advantage-baseline must be one of {ADVANTAGE_BASELINES}")
+        if self.advantage_target not in ADVANTAGE_TARGETS:
+            raise ValueError(f"--advantage-target must be one of {ADVANTAGE_TARGETS}")
+        if self.advantage_target == "return" and self.label == "teacher":
+            raise ValueError("--advantage-target return weighs the action taken by what followed it; a teacher's "
+                             "label has no return of its own: use --advantage-target q with --label teacher")
         if self.critic_target not in CRITIC_TARGETS:
             raise ValueError(f"--critic-target must be one of {CRITIC_TARGETS}")
         if not 0.0 <= self.critic_lambda <= 1.0:
@@ -158,7 +170,8 @@ def compute_losses(model, batch, cfg: TrainConfig, gammas, step: int | None = No
         actor = losses.behaviour_cloning_loss(out.logits, label, mask)
     else:
         # the advantage of the imitated action: A(s, label)
-        adv = advantage(out, {**batch, "action": label}, cfg.advantage_baseline)[..., cfg.advantage_gamma]
+        adv = advantage(out, {**batch, "action": label}, cfg.advantage_baseline,
+                        cfg.advantage_target)[..., cfg.advantage_gamma]
         weights = (losses.filtered_bc_weights(adv) if cfg.objective == "filtered_bc"
                    else losses.exp_advantage_weights(adv, beta=cfg.exp_beta))
         actor = losses.weighted_actor_loss(out.logits, label, weights, mask)
@@ -178,10 +191,19 @@ def label_actions(batch: dict, label: str):
     return where(teacher >= 0, teacher, batch["action"])
 
 
-def advantage(out, batch: dict, baseline: str) -> torch.Tensor:
-    """A(s, a) of the taken actions, (B, T, G), against ``baseline`` (``TrainConfig.advantage_baseline``)."""
+def advantage(out, batch: dict, baseline: str, target: str = "q") -> torch.Tensor:
+    """A(s, a) of the batch's actions, (B, T, G): ``target`` (``TrainConfig.advantage_target``: the critic's Q of
+    the action, or the batch's ``returns``, which are those of the action taken) minus ``baseline``
+    (``TrainConfig.advantage_baseline``)."""
     q = out.q_values.float()
-    values = out.values.float() if baseline == "mean" else losses.best_legal_values(q, batch["legal"])
+    if baseline == "mean":
+        values = out.values.float()
+    elif baseline == "max":
+        values = losses.best_legal_values(q, batch["legal"])
+    else:
+        values = torch.zeros(q.shape[:-1], dtype=q.dtype, device=q.device)
+    if target == "return":
+        return batch["returns"].float() - values
     return losses.advantages(q, values, batch["action"])
 
 
@@ -277,9 +299,9 @@ class PolicyRecipe(Recipe):
 
 
 def returns_gammas(cfg: TrainConfig, model_config) -> tuple[float, ...] | None:
-    """The discount factors whose trajectory returns the loader computes: the critics' where the targets need them
-    (``mc``, ``lambda``), else None (``td`` reads none)."""
-    return tuple(model_config.gammas) if cfg.critic_target != "td" else None
+    """The discount factors whose trajectory returns the loader computes: the critics' where the targets or the
+    advantage need them (``mc``, ``lambda``; ``--advantage-target return``), else None (``td`` reads none)."""
+    return tuple(model_config.gammas) if cfg.critic_target != "td" or cfg.advantage_target == "return" else None
 
 
 def reward_shaping(cfg: TrainConfig) -> tuple[float, float] | None:
