@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -54,8 +53,7 @@ def held_out_advantages(model, version, version_uri: str, side: str, train: dict
     vocab_size = len(vocabulary(version.manifest.observation_version))
     specs = window_specs(version, train["context"], 0, [side], validation_share=train["validation_share"],
                          split_seed=train["seed"], validation=True)
-    shaping = reward_shaping(SimpleNamespace(reward_hp=train.get("reward_hp", 0.0),
-                                             reward_faint=train.get("reward_faint", 0.0)))
+    shaping = reward_shaping(train.get("reward_hp", 0.0), train.get("reward_faint", 0.0))
     gammas = tuple(model.cfg.gammas) if any(target == "return" for target, _ in kinds) else None
     arrays = first_windows(specs, windows, LoadTurnWindows(version_uri, train["context"], vocab_size=vocab_size,
                                                            gammas=gammas, shaping=shaping))

@@ -277,7 +277,8 @@ class PolicyRecipe(Recipe):
 
     def loader(self, model_config):
         return LoadTurnWindows(self.cfg.shard_paths(), self.cfg.context, vocab_size=self.plan["vocab_size"],
-                               gammas=returns_gammas(self.cfg, model_config), shaping=reward_shaping(self.cfg))
+                               gammas=returns_gammas(self.cfg, model_config),
+                               shaping=reward_shaping(self.cfg.reward_hp, self.cfg.reward_faint))
 
     def samples(self, batch: dict) -> int:
         return int(step_mask(batch, label_actions(batch, self.cfg.label)).sum())
@@ -304,9 +305,9 @@ def returns_gammas(cfg: TrainConfig, model_config) -> tuple[float, ...] | None:
     return tuple(model_config.gammas) if cfg.critic_target != "td" or cfg.advantage_target == "return" else None
 
 
-def reward_shaping(cfg: TrainConfig) -> tuple[float, float] | None:
+def reward_shaping(reward_hp: float, reward_faint: float) -> tuple[float, float] | None:
     """(hp weight, faint weight) of the loader's dense rewards, or None when the reward is the result alone."""
-    return (cfg.reward_hp, cfg.reward_faint) if (cfg.reward_hp or cfg.reward_faint) else None
+    return (reward_hp, reward_faint) if (reward_hp or reward_faint) else None
 
 
 def validation_windows(cfg: TrainConfig, vocab_size: int, model_config) -> dict:
@@ -316,7 +317,8 @@ def validation_windows(cfg: TrainConfig, vocab_size: int, model_config) -> dict:
                          validation_share=cfg.validation_share, split_seed=cfg.seed, validation=True)
     return first_windows(specs, cfg.max_eval_windows,
                          LoadTurnWindows(cfg.shard_paths(), cfg.context, vocab_size=vocab_size,
-                                       gammas=returns_gammas(cfg, model_config), shaping=reward_shaping(cfg)))
+                                       gammas=returns_gammas(cfg, model_config),
+                                       shaping=reward_shaping(cfg.reward_hp, cfg.reward_faint)))
 
 
 def evaluate(model, windows: dict, cfg: TrainConfig, device, batch_size: int = 64) -> dict[str, float]:
