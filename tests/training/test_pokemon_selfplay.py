@@ -279,6 +279,37 @@ def test_a_trained_encoder_changes_and_resumes_exactly(start, tmp_path, one_torc
 
 
 @needs_simulator
+@pytest.mark.timeout(300)
+def test_a_runner_in_a_format_with_teams_plays_its_own_exported_teams(bc_policy, one_torch_thread):
+    """In gen1ou (a format that needs teams) the runner's learner and opponents play exported teams: the runner's
+    own slice of the export at its team seed (another runner another slice), the learner's rotation and the
+    opponents' apart, and the rotation carries on across updates rather than replaying the first teams."""
+    from models.ppo_policy import RecurrentPolicy, RecurrentPolicyConfig
+    from training.league import Opponent
+    from training.pokemon.evaluate import export_teams
+    from training.pokemon.selfplay import PokemonRunner, RewardWeights, episodes_of
+
+    cfg = RecurrentPolicyConfig(d_obs=bc_policy.cfg.d_model, num_actions=9, opponent_window=4, d_strategy=16,
+                                strategy_heads=2, d_lstm=16, prior=True)
+    torch.manual_seed(0)
+    policy = RecurrentPolicy(cfg)
+    runner = PokemonRunner(bc_policy, 16, cfg, seed=3, draw_opponent=lambda key: Opponent("weak", "random"),
+                           battle_format="gen1ou", num_teams=3, team_seed=41, index=1, start="encoder")
+    try:
+        learner_teams, opponent_teams = runner.teams
+        assert learner_teams.packed + opponent_teams.packed == export_teams("gen1ou", 6, 41, first_index=6)
+        assert learner_teams.packed != export_teams("gen1ou", 3, 41)  # runner 0's
+        found = []
+        for _ in range(2):  # two updates of one battle each
+            recorded, _ = runner.collect(policy.state_dict(), battles=1)
+            found += episodes_of(recorded, RewardWeights(), 0.99)
+    finally:
+        runner.close()
+    assert len(found) == 2 and all(b.frames > 0 and b.reward in (-1.0, 0.0, 1.0) for b in found)
+    assert learner_teams.next == 2 and opponent_teams.next == 2  # the second update played each rotation's 2nd
+
+
+@needs_simulator
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("action_head", ["linear", "slots"])
 def test_a_runner_plays_real_battles_as_the_checkpoint_and_they_train(action_head, bc_policy, tmp_path,

@@ -71,7 +71,7 @@ class RotatingTeambuilder(Teambuilder):
         return team
 
 
-def _rotation(pool: list[str], num_teams: int, k: int):
+def team_rotation(pool: list[str], num_teams: int, k: int):
     """The k-th player's teams of a pool (None where the format brings its own)."""
     return RotatingTeambuilder(pool[k * num_teams:(k + 1) * num_teams]) if pool else None
 
@@ -154,7 +154,7 @@ async def _play(cfg: EvalConfig, url: str, log=print) -> list[dict]:
         names = ["checkpoint2"] if cfg.checkpoint2 else cfg.opponents
         # one rotation per player: ours first, then each opponent's, from consecutive export indices
         pool = export_teams(fmt, cfg.num_teams * (1 + len(names)), cfg.team_seed)
-        team = functools.partial(_rotation, pool, cfg.num_teams)
+        team = functools.partial(team_rotation, pool, cfg.num_teams)
         for k, name in enumerate(names):
             # Showdown names are at most 18 characters; longer ones are cut and the login check fails
             tag = f"{fmt[3]}{fmt[-2:]}{k}"

@@ -37,7 +37,7 @@ from pipelines.console import eta_s, progress_line
 from pipelines.pokemon.generated import POLICIES as SCRIPTED
 from shards_schema import storage
 from training import outputs
-from training.pokemon.evaluate import RotatingTeambuilder, export_teams, wilson_interval
+from training.pokemon.evaluate import export_teams, team_rotation, wilson_interval
 from training.pokemon.players import load_player
 from training.pokemon.scripted_player import ScriptedPlayer
 from training.pokemon.showdown_server import CLIENT_TIMEOUTS, showdown_server
@@ -264,7 +264,7 @@ async def _play(cfg: LadderConfig, entrants: list[Entrant], url: str, log) -> li
         pool = export_teams(fmt, cfg.num_teams * len(entrants), cfg.team_seed)
 
         def team(k, pool=pool):  # entrant k's rotation, from its first team on (None: the format brings its own)
-            return RotatingTeambuilder(pool[k * cfg.num_teams:(k + 1) * cfg.num_teams]) if pool else None
+            return team_rotation(pool, cfg.num_teams, k)
 
         for a, b in pairings(cfg, len(entrants)):
             # second half: b challenges with a's teams, a answers with b's, so both halves play the same team pairs

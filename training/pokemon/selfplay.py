@@ -50,6 +50,7 @@ from pipelines.pokemon.observation import vocabulary
 from shards_schema import storage
 from shards_schema.pokemon import CODE_VERSIONS as POKEMON_TURNS
 from training.checkpoints import live_identity, read_checkpoint
+from training.pokemon.evaluate import export_teams, team_rotation
 from training.pokemon.selfplay_player import (
     RecordedBattle,
     SelfPlayPlayer,
@@ -185,11 +186,16 @@ class PokemonRunner(Runner):
     sends each argument apart and the same module twice would arrive as two), its frozen copy, or None."""
 
     def __init__(self, bc_model, context: int, policy_cfg, *, battle_format: str = "gen9randombattle",
-                 concurrency: int = 2, draw_seed: int = 0, record_inputs: bool = False, start=None, **common):
+                 concurrency: int = 2, draw_seed: int = 0, record_inputs: bool = False, start=None,
+                 num_teams: int = 50, team_seed: int = 9101, **common):
         super().__init__(**common)
         self.bc_model, self.context, self.policy_cfg = bc_model.eval(), context, policy_cfg
         self.start = self.bc_model if start == "encoder" else start.eval() if start is not None else None
         self.format, self.concurrency = battle_format, concurrency
+        # a format that needs teams: the learner's rotation and its opponents', this runner's own slice of the
+        # export, kept across updates (None twice where the format brings its own)
+        pool = export_teams(battle_format, 2 * num_teams, team_seed, first_index=2 * num_teams * self.index)
+        self.teams = team_rotation(pool, num_teams, 0), team_rotation(pool, num_teams, 1)
         self.draw_seed, self.record_inputs = draw_seed, record_inputs
         self.policy = RecurrentPolicy(policy_cfg)
         self._server = showdown_server(free_port())
@@ -199,7 +205,8 @@ class PokemonRunner(Runner):
     def _opponent(self, opponent, tag: str):
         server = ServerConfiguration(self.url, None)
         account = AccountConfiguration(f"rf opp {tag}", None)
-        common = dict(server_configuration=server, battle_format=self.format, max_concurrent_battles=self.concurrency)
+        common = dict(server_configuration=server, battle_format=self.format, max_concurrent_battles=self.concurrency,
+                      team=self.teams[1])
         if opponent.kind == "snapshot":
             policy = RecurrentPolicy(self.policy_cfg)
             policy.load_state_dict(self.snapshot_weights(opponent.name))
@@ -226,7 +233,7 @@ class PokemonRunner(Runner):
             learner = made["learner"] = SelfPlayPlayer(
                 self.bc_model, self.context, self.policy, AccountConfiguration(f"rf learner {tag}", None),
                 server_configuration=ServerConfiguration(self.url, None), battle_format=self.format,
-                max_concurrent_battles=self.concurrency, sample_seed=self.seed + self.rounds,
+                team=self.teams[0], max_concurrent_battles=self.concurrency, sample_seed=self.seed + self.rounds,
                 temperature=self.temperature, record_inputs=self.record_inputs, start=self.start)
             clients = [learner]
             for k, (choice, n) in enumerate(sorted(drawn.items(), key=lambda item: item[0].name)):
@@ -273,6 +280,9 @@ class PokemonSelfPlayOptions(SelfPlayOptions):
         encoder_lr: learning rate of the turn encoder, trained with the policy (annealed as ``lr`` is); 0: frozen.
             Each decision then records its window of turns (context × 87 ids and 50 numbers) for the update.
         battle_format: the format of the battles.
+        num_teams: in a format that needs teams (gen1ou, gen9ou): teams in the learner's rotation and in its
+            opponents', exported by the generator (``evaluate.export_teams``), each runner its own.
+        team_seed: seed of those teams; evaluation's default (9001) differs, so its teams are not trained on.
         battles_per_runner: battles each runner plays per update (its rollout).
         reward_knockout_dealt: dense reward per opponent's Pokémon knocked out (0: none).
         reward_knockout_taken: dense penalty per own Pokémon knocked out (0: none).
@@ -288,6 +298,8 @@ class PokemonSelfPlayOptions(SelfPlayOptions):
     encoder_context: int = 4
     encoder_lr: float = 0.0
     battle_format: str = "gen9randombattle"
+    num_teams: int = 50
+    team_seed: int = 9101
     battles_per_runner: int = 4
     reward_knockout_dealt: float = 0.0
     reward_knockout_taken: float = 0.0
@@ -297,6 +309,8 @@ class PokemonSelfPlayOptions(SelfPlayOptions):
     def __post_init__(self):
         if self.encoder_lr < 0:
             raise ValueError("--encoder-lr must be >= 0 (0: the encoder stays frozen)")
+        if self.num_teams < 1:
+            raise ValueError("--num-teams must be at least 1")
 
     def normalized(self):
         return dataclasses.replace(self, policy_init=storage.normalize(self.policy_init)) if self.policy_init else self
@@ -408,7 +422,8 @@ class PokemonSelfPlay(SelfPlayEnvironment):
     def runner_kwargs(self, policy_cfg) -> dict:
         encoder = copy.deepcopy(self.bc).cpu().eval().requires_grad_(False)  # the learner's may be on its GPU
         return dict(bc_model=encoder, context=self.context, policy_cfg=policy_cfg,
-                    battle_format=self.options.battle_format, draw_seed=self.cfg.seed,
+                    battle_format=self.options.battle_format, num_teams=self.options.num_teams,
+                    team_seed=self.options.team_seed, draw_seed=self.cfg.seed,
                     record_inputs=self.options.encoder_lr > 0, start="encoder" if self.start is self.bc else self.start)
 
     def collect_args(self, ppo) -> tuple:
