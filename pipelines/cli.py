@@ -151,8 +151,7 @@ def _chosen(cls: type, name: str, flat: dict, values: dict):
     choice."""
     by, choices = chosen_sections(cls)[name]
     options = choices()
-    default = next(f.default for f in dataclasses.fields(cls) if f.name == by)
-    chosen = flat.get(by, default)
+    chosen = flat[by] if by in flat else _default(next(f for f in dataclasses.fields(cls) if f.name == by))
     if chosen not in options:
         raise ValueError(f"{', '.join(_flag(k) for k in values)} need {_flag(by)} (one of {sorted(options)})")
     section = options[chosen]
@@ -164,6 +163,13 @@ def _chosen(cls: type, name: str, flat: dict, values: dict):
         raise ValueError("; ".join(f"{_flag(k)} is an option of {_flag(by)} {' or '.join(owners[k])}, not "
                                    f"{chosen}" for k in foreign))
     return section(**values)
+
+
+def _default(f: dataclasses.Field):
+    """A field's default, from ``default`` or ``default_factory``; ``dataclasses.MISSING`` when it is required."""
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
 
 
 def _flag(name: str) -> str:

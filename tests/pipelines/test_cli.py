@@ -8,7 +8,7 @@ import importlib
 
 import pytest
 
-from pipelines.cli import field_help, parse_config, parser_for
+from pipelines.cli import chosen_section, field_help, nest, parse_config, parser_for
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -106,3 +106,61 @@ def test_shard_size_mb_is_mib_in_the_help_the_writer_and_the_summary():
     logs: list[str] = []
     summary(SimpleNamespace(manifest=manifest, reused=False, uri="u"), slp.parser, 1.0, logs.append)
     assert "2 games, 10 frames in 2 shards (3.5 MiB)" in "\n".join(logs)  # 3.67 were it 10**6 bytes
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FastOptions:
+    """Attributes:
+        speed: how fast.
+    """
+
+    speed: int = 1
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SlowOptions:
+    """Attributes:
+        delay_s: how slow.
+    """
+
+    delay_s: float = 1.0
+
+
+def _modes() -> dict[str, type]:
+    return {"fast": FastOptions, "slow": SlowOptions}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FactoryChosenConfig:
+    """Attributes:
+        mode: which options.
+        options: the mode's options.
+    """
+
+    mode: str = dataclasses.field(default_factory=lambda: "slow")
+    options: object = chosen_section("mode", _modes)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RequiredChosenConfig:
+    """Attributes:
+        mode: which options.
+        options: the mode's options.
+    """
+
+    mode: str
+    options: object = chosen_section("mode", _modes)
+
+
+def test_a_chosen_section_follows_its_choosers_default_factory():
+    assert nest(FactoryChosenConfig, {"delay_s": 2.5}) == {"options": SlowOptions(delay_s=2.5)}
+    with pytest.raises(ValueError, match="--speed is an option of --mode fast, not slow"):
+        nest(FactoryChosenConfig, {"speed": 3})
+    assert nest(FactoryChosenConfig, {"mode": "fast", "speed": 3}) == {"mode": "fast",
+                                                                         "options": FastOptions(speed=3)}
+
+
+def test_a_chosen_section_of_a_required_chooser_needs_it_named():
+    with pytest.raises(ValueError, match=r"--speed need --mode \(one of \['fast', 'slow'\]\)"):
+        nest(RequiredChosenConfig, {"speed": 3})
+    assert nest(RequiredChosenConfig, {"mode": "fast", "speed": 3})["options"] == FastOptions(speed=3)
