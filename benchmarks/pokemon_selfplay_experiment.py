@@ -4,7 +4,7 @@ rating curve.
     python benchmarks/pokemon_selfplay_experiment.py --work-dir /tmp/sp-scratch --updates 100     # from scratch
     python benchmarks/pokemon_selfplay_experiment.py --work-dir /tmp/sp-ft --opponents heuristic \\
         --policy-init RUN/ray/.../checkpoint_000500 --updates 300 --strong-share 0.3 \
-        --reference-kl 0.05 --critic-warmup 10                                                    # fine-tuned
+        --reference-kl 0.05 --critic-warmup-updates 10                                                    # fine-tuned
     python benchmarks/pokemon_selfplay_experiment.py ... --policy-init CKPT --lr 1e-4 --encoder-lr 1e-5 \\
         --reward-knockout-dealt 0.05 --reward-knockout-taken 0.05 --reward-hp-swing 0.2 \\
         --reward-keep-optimum                                            # fine-tuned: dense terms, trained encoder
@@ -83,7 +83,7 @@ def main() -> None:
                         help="share of games against the strong bots (snapshots get 0.95 minus it, RandomPlayer 0.05)")
     parser.add_argument("--reference-kl", type=float, default=0.0,
                         help="with --policy-init: weight of the KL penalty to the offline-RL policy")
-    parser.add_argument("--critic-warmup", type=int, default=0, help="updates that train the critic alone")
+    parser.add_argument("--critic-warmup-updates", type=int, default=0, help="updates that train the critic alone")
     parser.add_argument("--lr", type=float, default=0.0, help="learning rate at update 0 (0: the preset's)")
     parser.add_argument("--encoder-lr", type=float, default=0.0,
                         help="learning rate of the turn encoder, trained with the policy (0: frozen)")
@@ -103,7 +103,8 @@ def main() -> None:
         num_runners=args.num_runners, battles_per_runner=args.battles_per_runner, snapshot_every=args.snapshot_every,
         encoder_preset=args.encoder_preset, battle_format=args.format, seed=args.seed,
         snapshot_share=round(0.95 - args.strong_share, 9), strong_share=args.strong_share, weak_share=0.05,
-        reference_kl=args.reference_kl, critic_warmup=args.critic_warmup, lr=args.lr, encoder_lr=args.encoder_lr,
+        reference_kl=args.reference_kl, critic_warmup_updates=args.critic_warmup_updates, lr=args.lr,
+        encoder_lr=args.encoder_lr,
         reward_knockout_dealt=args.reward_knockout_dealt, reward_knockout_taken=args.reward_knockout_taken,
         reward_hp_swing=args.reward_hp_swing, reward_keep_optimum=args.reward_keep_optimum,
         temperature=args.temperature, wandb_mode="disabled")

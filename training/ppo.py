@@ -46,7 +46,7 @@ class PPOConfig:
         target_kl: stop an update's epochs early once the approximate KL passes it (None: never).
         reference_kl: weight of KL(π ‖ π_ref), the policy's distance from a reference policy (a fine-tune's
             starting policy, whose logits are the rollout's ``prior``; 0: no penalty). Needs a rollout with a prior.
-        critic_warmup: updates at the run's start that train the critic only: the policy keeps its starting
+        critic_warmup_updates: updates at the run's start that train the critic only: the policy keeps its starting
             weights while the value head, fresh in a fine-tune, learns the returns its advantages come from.
         temperature: the policy PPO trains and its runners play is softmax(logits / temperature) (``tempered``):
             its log-probabilities, entropy and reference KL are the tempered distribution's; 1: the logits' own.
@@ -71,7 +71,7 @@ class PPOConfig:
     grad_clip: float = 0.5
     target_kl: float | None = None
     reference_kl: float = 0.0
-    critic_warmup: int = 0
+    critic_warmup_updates: int = 0
     temperature: float = 1.0
     checkpoint_every: int = 50
     seed: int = 0
@@ -82,8 +82,8 @@ class PPOConfig:
         chunks = self.num_envs * self.rollout_steps // self.seq_len
         if not 1 <= self.num_minibatches <= chunks:
             raise ValueError(f"--num-minibatches must be 1..{chunks} (sequences per rollout)")
-        if self.reference_kl < 0 or self.critic_warmup < 0:
-            raise ValueError("--reference-kl and --critic-warmup must be >= 0")
+        if self.reference_kl < 0 or self.critic_warmup_updates < 0:
+            raise ValueError("--reference-kl and --critic-warmup-updates must be >= 0")
         if not self.temperature > 0:
             raise ValueError(f"--temperature must be > 0, not {self.temperature}")
 
@@ -246,8 +246,8 @@ def sequence_loss(policy, chunk: dict, cfg: PPOConfig, train_policy: bool = True
     """(loss, parts) of a minibatch of sequences (each ``(B, seq_len, ...)`` from ``sequences``). A chunk with
     ``prior`` logits (a fine-tune) gives them to the policy and takes them as the reference policy: its KL (the
     ``cfg.reference_kl`` penalty) and agreement are logged; ``train_policy`` False: the value loss alone
-    (``PPOConfig.critic_warmup``); ``encoder``: a ``TrainableEncoder.module`` recomputing the observations from the
-    chunk's inputs (with gradients only where the policy trains: during the critic warm-up the encoder stays as it
+    (``PPOConfig.critic_warmup_updates``); ``encoder``: a ``TrainableEncoder.module`` recomputing the observations from
+    the chunk's inputs (with gradients only where the policy trains: during the critic warm-up the encoder stays as it
     is)."""
     obs, opponent, opponent_valid = chunk["obs"], chunk["opponent"], chunk["opponent_valid"]
     if encoder is not None:
@@ -300,10 +300,10 @@ def update(learner, rollout: Rollout, cfg: PPOConfig, update_index: int, generat
            encoder: TrainableEncoder | None = None) -> dict:
     """One PPO update on a rollout: GAE, then ``epochs`` passes of minibatches of whole sequences through
     ``learner.step`` (a ``training/fit.Learner``), the learning rate annealed for ``update_index``; the critic
-    alone during the first ``cfg.critic_warmup`` updates; the rollout's ``prior`` logits are the reference policy
-    (``cfg.reference_kl``). ``encoder``: the observation encoder trained beside the policy (the rollout carries its
-    ``inputs``), stepped after each of the policy's steps. Returns the last epoch's mean of each logged part and the
-    epochs run."""
+    alone during the first ``cfg.critic_warmup_updates`` updates; the rollout's ``prior`` logits are the reference
+    policy (``cfg.reference_kl``). ``encoder``: the observation encoder trained beside the policy (the rollout carries
+    its ``inputs``), stepped after each of the policy's steps. Returns the last epoch's mean of each logged part and
+    the epochs run."""
     if encoder is not None and rollout.inputs is None:
         raise ValueError("a trainable encoder needs the rollout's inputs (Rollout.inputs): the runners must record "
                          "them")
@@ -312,7 +312,7 @@ def update(learner, rollout: Rollout, cfg: PPOConfig, update_index: int, generat
     # the runners' rollouts arrive on the CPU; the learner (and the encoder beside it) may train on a GPU. One copy
     # per update: a rollout is a few MB, and its minibatches are indexed from it every epoch.
     chunks = {k: v.to(learner.device, non_blocking=True) for k, v in training_sequences(rollout, cfg).items()}
-    train_policy = update_index >= cfg.critic_warmup
+    train_policy = update_index >= cfg.critic_warmup_updates
     trainable = [p for p in learner.module.parameters() if p.requires_grad]
     if not train_policy:
         # the critic head alone: value gradients through the shared trunk (cross-attention, LSTM) would move the

@@ -73,7 +73,7 @@ class SelfPlayCoreConfig:
         weak_share: share of games against the weak scripted opponent.
         reference_kl: weight of the KL penalty that keeps the policy near the policy it started from (0: none);
             only where the environment starts from one (its rollouts carry that policy's logits, ``Rollout.prior``).
-        critic_warmup: updates at the start that train the critic alone, the policy kept as it started (a
+        critic_warmup_updates: updates at the start that train the critic alone, the policy kept as it started (a
             fine-tune's value head starts untrained, and its first advantages are noise).
         temperature: the learner and its snapshots act from softmax(logits / temperature), the policy PPO trains
             (``PPOConfig.temperature``); below 1 the sampled play comes closer to the argmax, which evaluation plays.
@@ -100,7 +100,7 @@ class SelfPlayCoreConfig:
     strong_share: float = 0.15
     weak_share: float = 0.05
     reference_kl: float = 0.0
-    critic_warmup: int = 0
+    critic_warmup_updates: int = 0
     temperature: float = 1.0
     seed: int = 0
     cpus_per_worker: float = 0.5
@@ -146,7 +146,7 @@ class SelfPlayCoreConfig:
                                    updates=self.updates or base.updates, seed=self.seed, lr=self.lr or base.lr,
                                    entropy_weight=base.entropy_weight if self.entropy_weight is None
                                    else self.entropy_weight,
-                                   reference_kl=self.reference_kl, critic_warmup=self.critic_warmup,
+                                   reference_kl=self.reference_kl, critic_warmup_updates=self.critic_warmup_updates,
                                    temperature=self.temperature)
 
 

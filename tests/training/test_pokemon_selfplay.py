@@ -408,7 +408,7 @@ def test_a_short_selfplay_run_in_real_battles(bc_policy, ray_local, tmp_path):
     out = tmp_path / "run"
     result = run(SelfPlayConfig.tiny(env="pokemon", policy_init=str(source), out=str(out), updates=2,
                                      num_runners=1, battles_per_runner=2, snapshot_every=1, reference_kl=0.1,
-                                     critic_warmup=1, encoder_lr=1e-3, reward_hp_swing=0.5,
+                                     critic_warmup_updates=1, encoder_lr=1e-3, reward_hp_swing=0.5,
                                      reward_knockout_dealt=0.1))
     assert result.error is None
     saved = read_checkpoint(latest_checkpoint(out))
@@ -452,7 +452,7 @@ def test_a_slot_head_fine_tune_resumes_and_its_checkpoint_plays(slot_checkpoint,
 
     out = tmp_path / "run"
     common = dict(env="pokemon", policy_init=slot_checkpoint, out=str(out), num_runners=1, battles_per_runner=2,
-                  snapshot_every=1, reference_kl=0.1, critic_warmup=1)
+                  snapshot_every=1, reference_kl=0.1, critic_warmup_updates=1)
     assert run(SelfPlayConfig.tiny(updates=2, **common)).error is None
     saved = read_checkpoint(latest_checkpoint(out))
     assert saved.step == 2 and saved.build_config().prior

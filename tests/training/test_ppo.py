@@ -145,7 +145,7 @@ def test_updates_learn_the_rewarded_action():
 def test_critic_warmup_trains_the_critic_alone():
     torch.manual_seed(0)
     policy = _live(RecurrentPolicy(CFG))
-    cfg = PPOConfig.test(num_envs=4, rollout_steps=16, seq_len=8, num_minibatches=2, lr=1e-2, critic_warmup=2)
+    cfg = PPOConfig.test(num_envs=4, rollout_steps=16, seq_len=8, num_minibatches=2, lr=1e-2, critic_warmup_updates=2)
     learner = Learner(policy, lr=cfg.lr, weight_decay=0.0, grad_clip=cfg.grad_clip, device=torch.device("cpu"))
     g = torch.Generator().manual_seed(3)
     before = {k: v.clone() for k, v in policy.state_dict().items()}
@@ -208,7 +208,7 @@ def test_a_trainable_encoder_steps_with_the_policy_but_not_in_the_critic_warmup(
 
     torch.manual_seed(0)
     policy, encoder = RecurrentPolicy(CFG), _RawEncoder()
-    cfg = PPOConfig.test(num_envs=4, rollout_steps=16, seq_len=8, num_minibatches=2, critic_warmup=1)
+    cfg = PPOConfig.test(num_envs=4, rollout_steps=16, seq_len=8, num_minibatches=2, critic_warmup_updates=1)
     learner = Learner(policy, lr=cfg.lr, weight_decay=0.0, grad_clip=cfg.grad_clip, device=torch.device("cpu"))
     trainable = TrainableEncoder(module=encoder, optimizer=torch.optim.AdamW(encoder.parameters(), lr=1e-2),
                                  lr=1e-2, grad_clip=cfg.grad_clip)

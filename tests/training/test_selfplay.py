@@ -49,9 +49,9 @@ def test_a_short_run_then_a_resume_keeps_the_league(synthetic_frames, tmp_path):
 
 def test_the_fine_tune_settings_reach_ppo_and_need_a_starting_policy(tmp_path):
     cfg = SelfPlayConfig.from_flags(out=str(tmp_path), env="pokemon", policy_init="bc", reference_kl=0.05,
-                                    critic_warmup=10)
+                                    critic_warmup_updates=10)
     ppo = cfg.ppo(num_envs=16)
-    assert (ppo.reference_kl, ppo.critic_warmup) == (0.05, 10)
+    assert (ppo.reference_kl, ppo.critic_warmup_updates) == (0.05, 10)
     with pytest.raises(ValueError, match="--reference-kl needs"):
         SelfPlayConfig.from_flags(out=str(tmp_path), env="pokemon", reference_kl=0.05)  # from scratch: no start
     with pytest.raises(ValueError, match="--reference-kl needs"):
