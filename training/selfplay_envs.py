@@ -77,13 +77,19 @@ class SelfPlayConfig(SelfPlayCoreConfig):
     def from_dict(cls, values: dict) -> SelfPlayConfig:
         """A config from its ``dataclasses.asdict`` (a checkpoint's ``train_config``, a trial's
         ``selfplay_config.json``), or from an older flat dict that held every environment's fields side by side (the
-        named environment's are kept)."""
+        named environment's are kept). A key that is no field of the config nor of any environment's options is an
+        error, not dropped."""
         values = dict(values)
         options_class = environment_class(values.get("env", cls.env)).options_class
         options = values.pop("options", None)
         if options is None:
             options = {f.name: values[f.name] for f in dataclasses.fields(options_class) if f.name in values}
         own = {f.name for f in dataclasses.fields(cls)}
+        any_options = {f.name for c in options_classes().values() for f in dataclasses.fields(c)}
+        unknown = sorted(set(values) - own - any_options)
+        if unknown:
+            raise ValueError(f"{cls.__name__} has no fields {unknown} (nor has any environment's options): a config "
+                             "of another replayforge version? Upgrade (`git pull && make setup`) or drop them")
         return cls(**{k: v for k, v in values.items() if k in own}, options=options_class(**options))
 
     @classmethod

@@ -91,6 +91,8 @@ def test_each_environment_has_its_own_options_and_old_flat_configs_still_load(tm
     flat = {**{k: v for k, v in dataclasses.asdict(cfg).items() if k != "options"},
             **dataclasses.asdict(cfg.options), **dataclasses.asdict(PokemonSelfPlayOptions())}
     assert SelfPlayConfig.from_dict(flat) == cfg
+    with pytest.raises(ValueError, match=r"has no fields \['critic_warmup'\]"):  # a field of no config is refused
+        SelfPlayConfig.from_dict({**dataclasses.asdict(cfg), "critic_warmup": 10})
     with pytest.raises(ValueError, match="--battles-per-runner is an option of --env pokemon"):
         SelfPlayConfig.from_flags(out=str(tmp_path), shards="s", battles_per_runner=2)
     with pytest.raises(SystemExit):
