@@ -4,7 +4,7 @@ rating curve.
     python benchmarks/pokemon_selfplay_experiment.py --work-dir /tmp/sp-scratch --updates 100     # from scratch
     python benchmarks/pokemon_selfplay_experiment.py --work-dir /tmp/sp-ft --opponents heuristic \\
         --policy-init RUN/ray/.../checkpoint_000500 --updates 300 --strong-share 0.3 \
-        --reference-kl 0.05 --critic-warmup-updates 10                                                    # fine-tuned
+        --reference-kl 0.05 --critic-warmup-updates 10                                            # fine-tuned
     python benchmarks/pokemon_selfplay_experiment.py ... --policy-init CKPT --lr 1e-4 --encoder-lr 1e-5 \\
         --reward-knockout-dealt 0.05 --reward-knockout-taken 0.05 --reward-hp-swing 0.2 \\
         --reward-keep-optimum                                            # fine-tuned: dense terms, trained encoder
